@@ -1,0 +1,45 @@
+"""``controlplane`` command line: one subcommand per module.
+
+Each subcommand module exposes ``configure(parser)`` (adds its arguments) and ``run(args) -> int``.
+Modules import their heavy dependencies inside ``run`` so ``controlplane --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["SUBCOMMANDS", "main"]
+
+# name -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "up": ("controlplane.commands.up", "run hub + embedded NATS + local edge agents (the quick start)"),
+    "serve": ("controlplane.commands.serve", "run the hub (HTTP API + NATS bus + scheduler)"),
+    "migrate": ("controlplane.commands.migrate", "migrate the store's schema to the latest revision"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="controlplane", description="edgeplane control plane")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        module = importlib.import_module(module_name)
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        module.configure(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

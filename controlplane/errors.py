@@ -1,0 +1,59 @@
+"""Domain errors shared by the hub's subsystems.
+
+Each error carries a machine-readable ``code`` and, where it concerns one input, the ``field``
+that was wrong; the HTTP layer maps them to status codes and a JSON body.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "ConflictError",
+    "EdgeplaneError",
+    "NotFoundError",
+    "ValidationError",
+]
+
+
+class EdgeplaneError(Exception):
+    """Base class of every expected, user-facing error."""
+
+    code = "internal"
+    http_status = 500
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def to_dict(self) -> dict[str, object]:
+        return {"code": self.code, "message": self.message, "field": self.field}
+
+
+class ValidationError(EdgeplaneError):
+    """A request body, query parameter or message field is invalid."""
+
+    code = "invalid"
+    http_status = 422
+
+
+class NotFoundError(EdgeplaneError):
+    code = "not_found"
+    http_status = 404
+
+
+class ConflictError(EdgeplaneError):
+    code = "conflict"
+    http_status = 409
+
+
+class ConfigError(EdgeplaneError):
+    """A configuration file is invalid; names the file, the key and the reason."""
+
+    code = "config"
+
+    def __init__(self, path: str, key: str, reason: str) -> None:
+        super().__init__(f"{path}: {key}: {reason}", field=key)
+        self.path = path
+        self.key = key
+        self.reason = reason

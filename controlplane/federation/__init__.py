@@ -1,0 +1,1 @@
+"""Multi-cluster federation: the config file and cross-cluster placement."""
