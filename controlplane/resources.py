@@ -109,7 +109,9 @@ class ResourceRequest:
             raise ValidationError("must be an object", field=prefix)
         unknown = set(body) - {"cpu", "memory", "gpu", "mig", "dpu"}
         if unknown:
-            raise ValidationError(f"unknown key {sorted(unknown)[0]!r}", field=f"{prefix}.{sorted(unknown)[0]}")
+            raise ValidationError(
+                f"unknown key {sorted(unknown)[0]!r}", field=f"{prefix}.{sorted(unknown)[0]}"
+            )
         req = cls()
         if "cpu" in body:
             req.cpu = parse_cpu(body["cpu"], field_name=f"{prefix}.cpu")

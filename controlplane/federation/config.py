@@ -245,7 +245,9 @@ def parse_federation(data: Any, *, source: str = "<federation>") -> FederationCo
         matrix = r.mapping(root["latency_ms"], "latency_ms")
         for region_a, row in matrix.items():
             if region_a not in regions:
-                raise r.fail(f"latency_ms.{region_a}", f"unknown region (known: {', '.join(sorted(regions))})")
+                raise r.fail(
+                    f"latency_ms.{region_a}", f"unknown region (known: {', '.join(sorted(regions))})"
+                )
             for region_b, value in r.mapping(row, f"latency_ms.{region_a}").items():
                 if region_b not in regions:
                     raise r.fail(

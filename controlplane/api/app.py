@@ -1,0 +1,221 @@
+"""The hub's HTTP API (aiohttp): routes, query parsing, the app factory."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from controlplane.api.errors import error_middleware
+from controlplane.api.openapi import openapi_document
+from controlplane.api.views import cluster_json, event_json, node_json, workload_json
+from controlplane.errors import NotFoundError, ValidationError
+from controlplane.hub.service import Hub
+from controlplane.hub.spec import WorkloadSpec
+
+__all__ = ["HUB", "create_app"]
+
+HUB = web.AppKey("hub", Hub)
+MAX_BODY = 1 << 20
+WORKLOAD_STATUSES = ("Pending", "Scheduled", "Running", "Succeeded", "Failed", "Cancelling", "Cancelled")
+
+routes = web.RouteTableDef()
+
+
+def _int_query(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValidationError(f"must be an integer, got {raw!r}", field=name) from None
+    if not low <= value <= high:
+        raise ValidationError(f"must be between {low} and {high}", field=name)
+    return value
+
+
+def _page(request: web.Request) -> tuple[int, int]:
+    return _int_query(request, "limit", 100, 1, 1000), _int_query(request, "offset", 0, 0, 10**9)
+
+
+def _choice(request: web.Request, name: str, choices: tuple[str, ...]) -> str | None:
+    value = request.query.get(name)
+    if value is not None and value not in choices:
+        raise ValidationError(f"must be one of {', '.join(choices)}", field=name)
+    return value
+
+
+async def _json_body(request: web.Request) -> Any:
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        raise ValidationError(f"request body larger than {MAX_BODY} bytes", field="<body>")
+    text = await request.text()
+    if not text.strip():
+        raise ValidationError("request body is empty; send a JSON object", field="<body>")
+    return json.loads(text)
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    try:
+        db_ok = await hub.store.ping()
+    except Exception:
+        db_ok = False
+    nats_ok = hub.bus.connected
+    ok = db_ok and nats_ok and hub.started
+    body = {
+        "status": "ok" if ok else "degraded",
+        "database": db_ok,
+        "nats": nats_ok,
+        "hub_id": hub.settings.hub_id,
+        "malformed_messages": dict(hub.bus.malformed),
+    }
+    return web.json_response(body, status=200 if ok else 503)
+
+
+@routes.get("/openapi.json")
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
+
+
+@routes.get("/v1/clusters")
+async def list_clusters(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    counts = await hub.store.count_nodes_by_cluster()
+    items = [cluster_json(row, counts.get(row.name, {})) for row in await hub.store.list_clusters()]
+    return web.json_response({"items": items, "total": len(items)})
+
+
+def _region(hub: Hub, cluster: str) -> str:
+    config = hub.federation.cluster(cluster)
+    return config.region if config else ""
+
+
+@routes.get("/v1/nodes")
+async def list_nodes(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    limit, offset = _page(request)
+    status = _choice(request, "status", ("Ready", "NotReady"))
+    rows, total = await hub.store.list_nodes(
+        cluster=request.query.get("cluster"), status=status, limit=limit, offset=offset
+    )
+    items = [node_json(r, region=_region(hub, r.cluster), allocated=hub.allocated(r.name)) for r in rows]
+    return web.json_response({"items": items, "total": total, "limit": limit, "offset": offset})
+
+
+@routes.get("/v1/nodes/{name}")
+async def get_node(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    name = request.match_info["name"]
+    row = await hub.store.get_node(name)
+    if row is None:
+        raise NotFoundError(f"node {name!r} not found", field="name")
+    return web.json_response(node_json(row, region=_region(hub, row.cluster), allocated=hub.allocated(name)))
+
+
+@routes.post("/v1/workloads")
+async def create_workload(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    spec = WorkloadSpec.parse(await _json_body(request))
+    for cluster in spec.affinity.clusters:
+        if hub.federation.cluster(cluster) is None:
+            raise ValidationError(f"unknown cluster {cluster!r}", field="affinity.clusters")
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not 0 < len(key) <= 128:
+        raise ValidationError("must be 1-128 characters", field="Idempotency-Key")
+    workload_id, created = await hub.create_workload(spec, idempotency_key=key)
+    found = await hub.store.get_workload(workload_id)
+    assert found is not None
+    return web.json_response(workload_json(*found), status=201 if created else 200)
+
+
+@routes.get("/v1/workloads")
+async def list_workloads(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    limit, offset = _page(request)
+    rows, total = await hub.store.list_workloads(
+        status=_choice(request, "status", WORKLOAD_STATUSES),
+        name=request.query.get("name"),
+        node=request.query.get("node"),
+        cluster=request.query.get("cluster"),
+        limit=limit,
+        offset=offset,
+    )
+    placements = await hub.store.placements_for([r.id for r in rows])
+    items = [workload_json(r, placements.get(r.id, [])) for r in rows]
+    return web.json_response({"items": items, "total": total, "limit": limit, "offset": offset})
+
+
+async def _workload_or_404(hub: Hub, workload_id: str) -> web.Response:
+    found = await hub.store.get_workload(workload_id)
+    if found is None:
+        raise NotFoundError(f"workload {workload_id!r} not found", field="id")
+    return web.json_response(workload_json(*found))
+
+
+@routes.get("/v1/workloads/{id}")
+async def get_workload(request: web.Request) -> web.Response:
+    return await _workload_or_404(request.app[HUB], request.match_info["id"])
+
+
+@routes.get("/v1/workloads/{id}/placement")
+async def get_placement(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    workload_id = request.match_info["id"]
+    found = await hub.store.get_workload(workload_id)
+    if found is None:
+        raise NotFoundError(f"workload {workload_id!r} not found", field="id")
+    workload, placements = found
+    return web.json_response(
+        {
+            "workload_id": workload.id,
+            "status": workload.status,
+            "message": workload.message,
+            "decisions": [
+                {
+                    "placement_id": p.id,
+                    "replica": p.replica,
+                    "attempt": p.attempt,
+                    "node": p.node,
+                    "cluster": p.cluster,
+                    "assignment": p.assignment,
+                    "explanation": p.explanation,
+                }
+                for p in placements
+            ],
+        }
+    )
+
+
+@routes.delete("/v1/workloads/{id}")
+async def delete_workload(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    workload_id = request.match_info["id"]
+    await hub.cancel_workload(workload_id)
+    found = await hub.store.get_workload(workload_id)
+    assert found is not None
+    return web.json_response(workload_json(*found), status=202)
+
+
+@routes.get("/v1/events")
+async def list_events(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    limit = _int_query(request, "limit", 100, 1, 1000)
+    after = _int_query(request, "after", 0, 0, 2**62)
+    rows = await hub.store.list_events(
+        after_id=after, kind=request.query.get("kind"), object_id=request.query.get("object_id"), limit=limit
+    )
+    items = [event_json(r) for r in rows]
+    return web.json_response(
+        {"items": items, "next_after": items[-1]["id"] if items else after, "limit": limit}
+    )
+
+
+def create_app(hub: Hub) -> web.Application:
+    """The API application for a started (or starting) hub."""
+    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY)
+    app[HUB] = hub
+    app.add_routes(routes)
+    return app

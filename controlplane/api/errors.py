@@ -1,0 +1,41 @@
+"""One middleware maps every error to a JSON body ``{"error": {"code", "message", "field"}}``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from controlplane.errors import EdgeplaneError
+
+__all__ = ["error_middleware", "json_error"]
+
+log = logging.getLogger("edgeplane.api")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_error(status: int, code: str, message: str, field: str | None = None) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message, "field": field}}, status=status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except EdgeplaneError as exc:
+        return json_error(exc.http_status, exc.code, exc.message, exc.field)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status, "http_error")
+        return json_error(exc.status, code, exc.reason)
+    except json.JSONDecodeError as exc:
+        return json_error(
+            400, "bad_json", f"request body is not valid JSON: {exc.msg} at char {exc.pos}", "<body>"
+        )
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return json_error(500, "internal", "internal error; see the hub's log")

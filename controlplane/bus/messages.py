@@ -1,0 +1,343 @@
+"""Every NATS subject and message of edgeplane, versioned, in one place.
+
+Subjects (``{prefix}`` is the cluster's subject prefix, ``edgeplane.v1`` by default)::
+
+    {prefix}.{cluster}.node.{node}.register    agent -> hub   RegisterV1      request/reply (RegisterAckV1)
+    {prefix}.{cluster}.node.{node}.heartbeat   agent -> hub   HeartbeatV1     publish
+    {prefix}.{cluster}.node.{node}.report      agent -> hub   StatusReportV1  request/reply (ReportAckV1)
+    {prefix}.{cluster}.node.{node}.cmd         hub -> agent   CommandV1       request/reply (CommandAckV1)
+    {prefix}.hub.hello                         hub -> agents  HubHelloV1      publish (agents re-register)
+
+Every message is a JSON object with ``"v": 1``. A decoder rejects unknown versions, missing or
+mistyped fields with :class:`MessageError`; the receiver counts, logs and drops such a message.
+Commands carry a unique ``command_id`` and reports a unique ``report_id``: receivers remember what
+they processed, so a duplicate or a replay changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar, Union
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "CommandAckV1",
+    "CommandV1",
+    "GpuTelemetry",
+    "HeartbeatV1",
+    "HubHelloV1",
+    "MessageError",
+    "NodeResources",
+    "PlacementState",
+    "RegisterAckV1",
+    "RegisterV1",
+    "ReportAckV1",
+    "RunSpec",
+    "StatusReportV1",
+    "Subjects",
+    "Telemetry",
+    "decode",
+    "encode",
+    "valid_token",
+]
+
+DEFAULT_PREFIX = "edgeplane.v1"
+SCHEMA_VERSION = 1
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+
+
+class MessageError(ValueError):
+    """A NATS payload that is not a valid message of the expected type."""
+
+    def __init__(self, message_type: str, reason: str, *, field: str | None = None) -> None:
+        where = f" (field {field!r})" if field else ""
+        super().__init__(f"bad {message_type}{where}: {reason}")
+        self.message_type = message_type
+        self.reason = reason
+        self.field = field
+
+
+def valid_token(name: str) -> bool:
+    """A cluster or node name usable as one NATS subject token."""
+    return bool(_TOKEN_RE.match(name))
+
+
+@dataclass(frozen=True, slots=True)
+class Subjects:
+    """Subject names for one cluster under one prefix."""
+
+    cluster: str
+    prefix: str = DEFAULT_PREFIX
+
+    def node(self, node: str, kind: str) -> str:
+        return f"{self.prefix}.{self.cluster}.node.{node}.{kind}"
+
+    def register(self, node: str) -> str:
+        return self.node(node, "register")
+
+    def heartbeat(self, node: str) -> str:
+        return self.node(node, "heartbeat")
+
+    def report(self, node: str) -> str:
+        return self.node(node, "report")
+
+    def command(self, node: str) -> str:
+        return self.node(node, "cmd")
+
+    def agent_wildcard(self, kind: str) -> str:
+        """What the hub subscribes to for one kind of agent message in this cluster."""
+        return f"{self.prefix}.{self.cluster}.node.*.{kind}"
+
+    def hub_hello(self) -> str:
+        return f"{self.prefix}.hub.hello"
+
+    @staticmethod
+    def node_from_subject(subject: str) -> str:
+        parts = subject.split(".")
+        return parts[-2] if len(parts) >= 3 else ""
+
+
+# --- payload pieces -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class GpuTelemetry:
+    index: int
+    name: str
+    uuid: str = ""
+    memory_total_bytes: int = 0
+    memory_used_bytes: int = 0
+    utilization_percent: float = 0.0
+    power_w: float | None = None
+    mig_enabled: bool = False
+    mig_devices: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class NodeResources:
+    """Capacity a node offers to edgeplane."""
+
+    cpu: float
+    memory: int
+    gpus: list[GpuTelemetry] = field(default_factory=list)
+    dpu: int = 0
+
+
+@dataclass(slots=True)
+class Telemetry:
+    cpu_percent: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    load_1m: float = 0.0
+    power_source: str = "mains"  # mains | battery | unknown
+    battery_percent: float | None = None
+    power_w: float | None = None
+    gpus: list[GpuTelemetry] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PlacementState:
+    """The agent's view of one placement it runs or ran."""
+
+    placement_id: str
+    workload_id: str
+    state: str  # Running | Succeeded | Failed | Cancelled
+    exit_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    message: str = ""
+
+
+@dataclass(slots=True)
+class RunSpec:
+    """What an agent needs to run one placement."""
+
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    cpu: float = 0.1
+    memory: int = 64 * 2**20
+    gpu_indices: list[int] = field(default_factory=list)
+    mig: list[str] = field(default_factory=list)
+    timeout_s: float | None = None
+
+
+# --- messages -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RegisterV1:
+    TYPE: ClassVar[str] = "register"
+    node: str
+    cluster: str
+    boot_id: str
+    agent_version: str
+    resources: NodeResources
+    heartbeat_interval_s: float
+    labels: dict[str, str] = field(default_factory=dict)
+    node_type: str = "edge"
+    telemetry: Telemetry | None = None
+    placements: list[PlacementState] = field(default_factory=list)
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class RegisterAckV1:
+    TYPE: ClassVar[str] = "register_ack"
+    accepted: bool
+    reason: str = ""
+    hub_id: str = ""
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class HeartbeatV1:
+    TYPE: ClassVar[str] = "heartbeat"
+    node: str
+    boot_id: str
+    seq: int
+    sent_at: float
+    telemetry: Telemetry
+    running: list[str] = field(default_factory=list)  # placement ids running now
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class CommandV1:
+    TYPE: ClassVar[str] = "command"
+    command_id: str
+    kind: str  # run | stop
+    placement_id: str
+    workload_id: str
+    spec: RunSpec | None = None
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class CommandAckV1:
+    TYPE: ClassVar[str] = "command_ack"
+    command_id: str
+    accepted: bool
+    duplicate: bool = False
+    reason: str = ""
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class StatusReportV1:
+    TYPE: ClassVar[str] = "status_report"
+    report_id: str
+    node: str
+    placement: PlacementState
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class ReportAckV1:
+    TYPE: ClassVar[str] = "report_ack"
+    report_id: str
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class HubHelloV1:
+    TYPE: ClassVar[str] = "hub_hello"
+    hub_id: str
+    started_at: float
+    v: int = SCHEMA_VERSION
+
+
+# --- codec ----------------------------------------------------------------------------------
+
+M = TypeVar("M")
+
+
+def encode(message: Any) -> bytes:
+    """Serialise a message dataclass to compact JSON bytes."""
+    return json.dumps(dataclasses.asdict(message), separators=(",", ":")).encode()
+
+
+def decode(data: bytes, message_type: type[M]) -> M:
+    """Parse and validate bytes into ``message_type``; raises MessageError on anything wrong."""
+    name = getattr(message_type, "TYPE", message_type.__name__)
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MessageError(name, f"not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise MessageError(name, "not a JSON object")
+    version = raw.get("v", None)
+    if version != SCHEMA_VERSION:
+        raise MessageError(name, f"unsupported schema version {version!r}", field="v")
+    return _build(message_type, raw, name, "")
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = typing.get_type_hints(cls)
+        _HINTS[cls] = hints
+    return hints
+
+
+def _build(cls: type[M], raw: dict[str, Any], name: str, path: str) -> M:
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        where = f"{path}{f.name}"
+        if f.name not in raw:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise MessageError(name, "missing", field=where)
+            continue
+        kwargs[f.name] = _convert(hints[f.name], raw[f.name], name, where)
+    return cls(**kwargs)
+
+
+def _convert(tp: Any, value: Any, name: str, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, name, where)
+    if origin is list:
+        if not isinstance(value, list):
+            raise MessageError(name, "must be a list", field=where)
+        (item_tp,) = typing.get_args(tp)
+        return [_convert(item_tp, item, name, f"{where}[{i}]") for i, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise MessageError(name, "must be an object", field=where)
+        _, value_tp = typing.get_args(tp)
+        return {str(k): _convert(value_tp, v, name, f"{where}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise MessageError(name, "must be an object", field=where)
+        return _build(tp, value, name, f"{where}.")  # type: ignore[arg-type]
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise MessageError(name, "must be a boolean", field=where)
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise MessageError(name, "must be an integer", field=where)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            raise MessageError(name, "must be a number", field=where)
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise MessageError(name, "must be a string", field=where)
+        return value
+    raise MessageError(name, f"unsupported type {tp!r}", field=where)

@@ -1,0 +1,54 @@
+"""Arguments and settings shared by ``serve`` and ``up``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+from controlplane.federation.config import FederationConfig, load_federation, single_cluster
+from controlplane.store.db import sqlite_url
+
+__all__ = ["add_hub_arguments", "database_url", "federation_from", "setup_logging"]
+
+
+def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="API bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="API port (default 8080; 0 picks a free one)")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("EDGEPLANE_DATABASE_URL"),
+        help="SQLAlchemy URL (env EDGEPLANE_DATABASE_URL; default SQLite in --data-dir)",
+    )
+    parser.add_argument(
+        "--data-dir", default=".edgeplane", help="where the SQLite store lives (default .edgeplane)"
+    )
+    parser.add_argument(
+        "--nats",
+        default=os.environ.get("EDGEPLANE_NATS_URL"),
+        help="NATS URL (env EDGEPLANE_NATS_URL); without it a nats-server is started on a free loopback port",
+    )
+    parser.add_argument("--federation", help="federation config file (default: one cluster named 'default')")
+    parser.add_argument("--lease-missed", type=int, default=3, help="heartbeats a node may miss (default 3)")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def database_url(args: argparse.Namespace) -> str:
+    if args.database_url:
+        return str(args.database_url)
+    return sqlite_url(Path(args.data_dir) / "edgeplane.sqlite3")
+
+
+def federation_from(args: argparse.Namespace) -> FederationConfig:
+    """The federation file's config, or the one-cluster default; ConfigError says what is wrong."""
+    if args.federation:
+        return load_federation(args.federation)
+    return single_cluster()

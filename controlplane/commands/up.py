@@ -1,0 +1,130 @@
+"""``controlplane up``: the whole system on one machine, on embedded defaults.
+
+Starts a nats-server on a free loopback port (unless ``--nats``), the hub with its SQLite store
+in ``--data-dir``, and ``--agents N`` local ``edge-agent`` processes; prints the API URL; Ctrl-C
+stops everything (agents first, so their work is stopped cleanly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from controlplane.commands.common import add_hub_arguments, database_url, federation_from, setup_logging
+
+__all__ = ["configure", "run"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_hub_arguments(parser)
+    parser.add_argument("--agents", type=int, default=3, help="local edge agents to start (default 3)")
+    parser.add_argument("--heartbeat-interval", type=float, default=1.0, help="agents' heartbeat period (s)")
+    parser.add_argument("--agent-cpu", help="CPU cores each local agent offers (default: the machine's)")
+    parser.add_argument(
+        "--agent-memory", help="memory each local agent offers, e.g. 2Gi (default: the machine's)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from controlplane.errors import ConfigError
+
+    setup_logging(args.log_level)
+    if not 0 <= args.agents <= 64:
+        print("controlplane up: --agents must be between 0 and 64", file=sys.stderr)
+        return 2
+    try:
+        federation = federation_from(args)
+    except ConfigError as exc:
+        print(f"controlplane up: configuration error: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(_up(args, federation))
+
+
+def _agent_command(
+    args: argparse.Namespace, nats_url: str, cluster: str, name: str, data_dir: Path
+) -> list[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "edge_agent.cli",
+        "run",
+        "--nats",
+        nats_url,
+        "--cluster",
+        cluster,
+        "--name",
+        name,
+        "--heartbeat-interval",
+        str(args.heartbeat_interval),
+        "--work-dir",
+        str(data_dir / "agents" / name),
+        "--log-level",
+        args.log_level,
+    ]
+    if args.agent_cpu:
+        command += ["--cpu", args.agent_cpu]
+    if args.agent_memory:
+        command += ["--memory", args.agent_memory]
+    return command
+
+
+async def _up(args: argparse.Namespace, federation: object) -> int:
+    from controlplane.federation.config import FederationConfig
+    from controlplane.hub.runner import start_hub, wait_for_signal
+    from controlplane.hub.service import HubSettings
+    from controlplane.natsd import NatsServer
+
+    assert isinstance(federation, FederationConfig)
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    nats_server = None
+    nats_url = args.nats
+    if not nats_url:
+        nats_server = NatsServer(log_file=data_dir / "nats-server.log").start()
+        nats_url = nats_server.url
+    agents: list[subprocess.Popen[bytes]] = []
+    running = None
+    try:
+        settings = HubSettings(
+            nats_url=nats_url, federation=federation, lease_missed_heartbeats=args.lease_missed
+        )
+        running = await start_hub(settings, database_url=database_url(args), host=args.host, port=args.port)
+        clusters = federation.clusters
+        for index in range(args.agents):
+            cluster = clusters[index % len(clusters)]
+            agent_url = cluster.nats_url or nats_url
+            name = f"edge-{index + 1}"
+            agents.append(
+                subprocess.Popen(
+                    _agent_command(args, agent_url, cluster.name, name, data_dir),
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                )
+            )
+        print(
+            f"edgeplane is up: API {running.url}  NATS {nats_url}  "
+            f"store {database_url(args)}  agents {args.agents}\n"
+            f"  try: curl {running.url}/v1/nodes\n  Ctrl-C stops everything.",
+            flush=True,
+        )
+        await wait_for_signal(asyncio.Event())
+        print("stopping...", flush=True)
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.send_signal(signal.SIGTERM)
+        for agent in agents:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                agent.wait(timeout=10)
+            if agent.poll() is None:
+                agent.kill()
+        if running is not None:
+            await running.stop()
+        if nats_server is not None:
+            nats_server.stop()
+    return 0

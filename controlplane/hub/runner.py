@@ -1,0 +1,71 @@
+"""Run a hub with its HTTP API until asked to stop (shared by ``serve`` and ``up``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from aiohttp import web
+
+from controlplane.api.app import create_app
+from controlplane.hub.service import Hub, HubSettings
+from controlplane.store.store import Store
+
+__all__ = ["RunningHub", "start_hub"]
+
+log = logging.getLogger("edgeplane.hub")
+
+
+class RunningHub:
+    """A started hub + API site; ``await stop()`` tears both down."""
+
+    def __init__(self, hub: Hub, runner: web.AppRunner, url: str) -> None:
+        self.hub = hub
+        self.runner = runner
+        self.url = url
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+        await self.hub.stop()
+        await self.hub.store.close()
+
+
+async def start_hub(
+    settings: HubSettings,
+    *,
+    database_url: str,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    hub_factory: Callable[[HubSettings, Store], Hub] = Hub,
+) -> RunningHub:
+    store = await Store.open(database_url)
+    hub = hub_factory(settings, store)
+    try:
+        await hub.start()
+    except BaseException:
+        await hub.stop()
+        await store.close()
+        raise
+    runner = web.AppRunner(create_app(hub), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        await hub.stop()
+        await store.close()
+        raise
+    server = getattr(site, "_server", None)
+    bound = server.sockets[0].getsockname()[1] if server and server.sockets else port
+    return RunningHub(hub, runner, f"http://{host}:{bound}")
+
+
+async def wait_for_signal(stop: asyncio.Event) -> None:
+    import signal
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()

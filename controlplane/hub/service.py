@@ -1,0 +1,794 @@
+"""The hub: node registry and leases, the workload lifecycle, and the reconcile loop.
+
+State lives in the store; the hub keeps an in-memory view (node liveness, placement accounting)
+that it rebuilds on start from the store and from the agents' re-registrations.
+
+Lifecycle of a workload: Pending -> Scheduled -> Running -> Succeeded | Failed, or Cancelling ->
+Cancelled after a DELETE. Each replica runs as a *placement* (one attempt on one node). A node that
+misses its lease goes NotReady; its active placements become Lost and the replicas are placed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from controlplane.bus.hub_bus import HubBus
+from controlplane.bus.messages import (
+    CommandAckV1,
+    CommandV1,
+    HeartbeatV1,
+    PlacementState,
+    RegisterAckV1,
+    RegisterV1,
+    RunSpec,
+    StatusReportV1,
+    Telemetry,
+    valid_token,
+)
+from controlplane.errors import NotFoundError
+from controlplane.federation.config import FederationConfig
+from controlplane.hub.placement import FitPlacer, PlacementNode, Placer
+from controlplane.hub.spec import WorkloadSpec
+from controlplane.store.models import ClusterRow, NodeRow, PlacementRow, WorkloadRow
+from controlplane.store.store import ACTIVE_PLACEMENT, TERMINAL_PLACEMENT, Store
+
+__all__ = ["Hub", "HubSettings"]
+
+log = logging.getLogger("edgeplane.hub")
+
+MAX_ATTEMPTS = 5
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(slots=True)
+class HubSettings:
+    nats_url: str
+    federation: FederationConfig
+    lease_missed_heartbeats: int = 3
+    reconcile_interval_s: float = 0.5
+    command_timeout_s: float = 2.0
+    nats_connect_within_s: float = 30.0
+    hub_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+
+@dataclass(slots=True)
+class NodeLive:
+    """What the hub tracks about a node between store writes."""
+
+    name: str
+    cluster: str
+    status: str
+    boot_id: str
+    lease_s: float
+    last_seen: float
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    power_source: str = "unknown"
+    battery_percent: float | None = None
+    last_heartbeat_at: float = 0.0
+    dirty: bool = False
+
+
+class _Seen:
+    """A bounded set of processed message ids (duplicates and replays are no-ops)."""
+
+    def __init__(self, size: int = 50_000) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._size = size
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._ids
+
+    def add(self, key: str) -> None:
+        self._ids[key] = None
+        if len(self._ids) > self._size:
+            self._ids.popitem(last=False)
+
+
+class Hub:
+    """The central control plane's core. Start with :meth:`start`, stop with :meth:`stop`."""
+
+    def __init__(self, settings: HubSettings, store: Store, placer: Placer | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.federation = settings.federation
+        self.placer: Placer = placer or FitPlacer()
+        self.nodes: dict[str, NodeLive] = {}
+        self.bus = HubBus(
+            default_url=settings.nats_url,
+            federation=settings.federation,
+            hub_id=settings.hub_id,
+            on_register=self.handle_register,
+            on_heartbeat=self.handle_heartbeat,
+            on_report=self.handle_report,
+            command_timeout_s=settings.command_timeout_s,
+        )
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._seen_reports = _Seen()
+        self._last_sent: dict[str, float] = {}
+        self._active: dict[str, tuple[str, int, str]] = {}  # placement id -> (workload, replica, node)
+        self._background: set[asyncio.Task[Any]] = set()
+        self._last_hello = 0.0
+        self.started = False
+
+    # --- start / stop ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._load_state()
+        await self.bus.start(connect_within_s=self.settings.nats_connect_within_s)
+        self._task = asyncio.create_task(self._run(), name="hub-reconcile")
+        self.started = True
+        log.info("hub %s started", self.settings.hub_id)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for task in list(self._background):
+            task.cancel()
+        await self.bus.close()
+        async with self._lock:
+            await self._flush_nodes()
+        self.started = False
+
+    async def _load_state(self) -> None:
+        now = time.time()
+        mono = asyncio.get_running_loop().time()
+        async with self.store.session() as s:
+            for cluster in self.federation.clusters:
+                row = await s.get(ClusterRow, cluster.name)
+                if row is None:
+                    s.add(
+                        ClusterRow(name=cluster.name, region=cluster.region, status="Unknown", updated_at=now)
+                    )
+                else:
+                    row.region = cluster.region
+                    row.updated_at = now
+            for node in await s.scalars(select(NodeRow)):
+                lease = node.heartbeat_interval_s * self.settings.lease_missed_heartbeats
+                # A restarted hub gives every known node one full lease to show up again.
+                self.nodes[node.name] = NodeLive(
+                    name=node.name,
+                    cluster=node.cluster,
+                    status=node.status,
+                    boot_id=node.boot_id,
+                    lease_s=lease,
+                    last_seen=mono,
+                    telemetry=node.telemetry,
+                    power_source=node.power_source,
+                    battery_percent=node.battery_percent,
+                    last_heartbeat_at=node.last_heartbeat_at,
+                )
+                self.placer.upsert_node(self._placement_node(node))
+            active = await s.scalars(select(PlacementRow).where(PlacementRow.status.in_(ACTIVE_PLACEMENT)))
+            specs: dict[str, WorkloadSpec] = {}
+            for placement in active:
+                if placement.workload_id not in specs:
+                    workload = await s.get(WorkloadRow, placement.workload_id)
+                    if workload is None:
+                        continue
+                    specs[placement.workload_id] = WorkloadSpec.from_stored(workload.spec)
+                self.placer.reserve_existing(
+                    placement.workload_id,
+                    placement.replica,
+                    placement.node,
+                    specs[placement.workload_id],
+                    placement.assignment,
+                )
+                self._active[placement.id] = (placement.workload_id, placement.replica, placement.node)
+            Store.add_event(
+                s, "HubStarted", "hub", self.settings.hub_id, f"recovered {len(self._active)} placements"
+            )
+
+    def _placement_node(self, row: NodeRow) -> PlacementNode:
+        cluster = self.federation.cluster(row.cluster)
+        resources = row.resources or {}
+        gpus = resources.get("gpus") or []
+        return PlacementNode(
+            name=row.name,
+            cluster=row.cluster,
+            region=cluster.region if cluster else "",
+            cpu=float(resources.get("cpu", 0.0)),
+            memory=int(resources.get("memory", 0)),
+            gpus=len(gpus),
+            gpu_memory_bytes=[int(g.get("memory_total_bytes", 0)) for g in gpus],
+            dpu=int(resources.get("dpu", 0)),
+            labels=dict(row.labels or {}),
+            ready=row.status == "Ready",
+            node_type=row.node_type,
+            power_source=row.power_source,
+            battery_percent=row.battery_percent,
+        )
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.reconcile_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reconcile failed; retrying")
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.settings.reconcile_interval_s)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    # --- agent messages -------------------------------------------------------------------
+
+    async def handle_register(self, node_name: str, msg: RegisterV1) -> RegisterAckV1:
+        hub_id = self.settings.hub_id
+        if msg.node != node_name or not valid_token(node_name):
+            return RegisterAckV1(accepted=False, reason="node name does not match subject", hub_id=hub_id)
+        cluster = self.federation.cluster(msg.cluster)
+        if cluster is None:
+            known = ", ".join(c.name for c in self.federation.clusters)
+            return RegisterAckV1(
+                accepted=False, reason=f"unknown cluster {msg.cluster!r} (known: {known})", hub_id=hub_id
+            )
+        if msg.heartbeat_interval_s <= 0:
+            return RegisterAckV1(accepted=False, reason="heartbeat_interval_s must be > 0", hub_id=hub_id)
+        now = time.time()
+        mono = asyncio.get_running_loop().time()
+        async with self._lock, self.store.session() as s:
+            row = await s.get(NodeRow, node_name)
+            if row is not None and row.cluster != msg.cluster:
+                live = self.nodes.get(node_name)
+                if live is not None and live.status == "Ready":
+                    return RegisterAckV1(
+                        accepted=False,
+                        reason=f"node name {node_name!r} is already used in cluster {row.cluster!r}",
+                        hub_id=hub_id,
+                    )
+            previous_boot = row.boot_id if row is not None else None
+            telemetry = _telemetry_dict(msg.telemetry)
+            power_source = msg.telemetry.power_source if msg.telemetry else "unknown"
+            battery = msg.telemetry.battery_percent if msg.telemetry else None
+            resources = {
+                "cpu": msg.resources.cpu,
+                "memory": msg.resources.memory,
+                "gpus": [_gpu_dict(g) for g in msg.resources.gpus],
+                "dpu": msg.resources.dpu,
+            }
+            if row is None:
+                row = NodeRow(name=node_name, registered_at=now)
+                s.add(row)
+                Store.add_event(s, "NodeRegistered", "node", node_name, f"cluster {msg.cluster}")
+            elif previous_boot != msg.boot_id:
+                Store.add_event(s, "NodeRestarted", "node", node_name, "agent restarted (new boot id)")
+            if row.status != "Ready" and previous_boot is not None:
+                Store.add_event(s, "NodeReady", "node", node_name, "registered again")
+            row.cluster = msg.cluster
+            row.status = "Ready"
+            row.node_type = msg.node_type
+            row.boot_id = msg.boot_id
+            row.agent_version = msg.agent_version
+            row.labels = dict(msg.labels)
+            row.resources = resources
+            row.telemetry = telemetry
+            row.power_source = power_source
+            row.battery_percent = battery
+            row.heartbeat_interval_s = msg.heartbeat_interval_s
+            row.last_heartbeat_at = now
+            row.updated_at = now
+            self.nodes[node_name] = NodeLive(
+                name=node_name,
+                cluster=msg.cluster,
+                status="Ready",
+                boot_id=msg.boot_id,
+                lease_s=msg.heartbeat_interval_s * self.settings.lease_missed_heartbeats,
+                last_seen=mono,
+                telemetry=telemetry,
+                power_source=power_source,
+                battery_percent=battery,
+                last_heartbeat_at=now,
+            )
+            self.placer.upsert_node(self._placement_node(row))
+            await self._refresh_clusters(s)
+            await self._reconcile_agent_placements(
+                s, node_name, msg.placements, agent_restarted=previous_boot not in (None, msg.boot_id)
+            )
+        self.wake()
+        return RegisterAckV1(accepted=True, hub_id=hub_id)
+
+    async def _reconcile_agent_placements(
+        self, s: AsyncSession, node: str, reported: list[PlacementState], *, agent_restarted: bool
+    ) -> None:
+        """Merge what an agent says it runs with what the store says it should run."""
+        by_id = {p.placement_id: p for p in reported}
+        active = await s.scalars(
+            select(PlacementRow).where(PlacementRow.node == node, PlacementRow.status.in_(ACTIVE_PLACEMENT))
+        )
+        for placement in active:
+            state = by_id.pop(placement.id, None)
+            if state is not None:
+                await self._apply_state(s, placement, state)
+            elif placement.acked or agent_restarted:
+                await self._end_placement(s, placement, "Lost", "agent no longer has this placement")
+        for state in by_id.values():
+            if state.state == "Running":
+                self._stop_orphan(node, state.placement_id, state.workload_id)
+
+    async def handle_heartbeat(self, node_name: str, msg: HeartbeatV1) -> None:
+        live = self.nodes.get(node_name)
+        loop = asyncio.get_running_loop()
+        if live is None or live.boot_id != msg.boot_id:
+            # Unknown to this hub (store wiped, or heartbeat raced a restart): ask agents to register.
+            if loop.time() - self._last_hello > 2.0:
+                self._last_hello = loop.time()
+                await self.bus.say_hello()
+            return
+        live.last_seen = loop.time()
+        live.last_heartbeat_at = time.time()
+        live.telemetry = _telemetry_dict(msg.telemetry)
+        if (
+            live.power_source != msg.telemetry.power_source
+            or live.battery_percent != msg.telemetry.battery_percent
+        ):
+            self.placer.set_node_power(node_name, msg.telemetry.power_source, msg.telemetry.battery_percent)
+        live.power_source = msg.telemetry.power_source
+        live.battery_percent = msg.telemetry.battery_percent
+        live.dirty = True
+        if live.status != "Ready":
+            async with self._lock, self.store.session() as s:
+                await self._set_node_status(s, live, "Ready", "heartbeats resumed")
+            self.wake()
+        for placement_id in msg.running:
+            owner = self._active.get(placement_id)
+            if owner is None or owner[2] != node_name:
+                self._stop_orphan(node_name, placement_id, owner[0] if owner else "")
+
+    async def handle_report(self, node_name: str, msg: StatusReportV1) -> None:
+        if msg.report_id in self._seen_reports:
+            return
+        async with self._lock, self.store.session() as s:
+            placement = await s.get(PlacementRow, msg.placement.placement_id)
+            if placement is None:
+                log.warning("report %s for unknown placement %s", msg.report_id, msg.placement.placement_id)
+            elif placement.node != node_name:
+                log.warning(
+                    "report for %s from %s, but it runs on %s", placement.id, node_name, placement.node
+                )
+            else:
+                await self._apply_state(s, placement, msg.placement)
+        self._seen_reports.add(msg.report_id)
+        self.wake()
+
+    async def _apply_state(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
+        """Move a placement forward by an agent's report; never backwards (replays are no-ops)."""
+        if placement.status in TERMINAL_PLACEMENT:
+            return
+        now = time.time()
+        if state.state == "Running":
+            if placement.status == "Scheduled":
+                placement.status = "Running"
+                placement.acked = True
+                placement.started_at = state.started_at or now
+                placement.updated_at = now
+                Store.add_event(
+                    s, "PlacementRunning", "workload", placement.workload_id, f"on {placement.node}"
+                )
+                await self._refresh_workload(s, placement.workload_id)
+        elif state.state in ("Succeeded", "Failed", "Cancelled"):
+            placement.exit_code = state.exit_code
+            placement.started_at = placement.started_at or state.started_at
+            await self._end_placement(s, placement, state.state, state.message, finished_at=state.finished_at)
+
+    async def _end_placement(
+        self,
+        s: AsyncSession,
+        placement: PlacementRow,
+        status: str,
+        message: str,
+        *,
+        finished_at: float | None = None,
+    ) -> None:
+        now = time.time()
+        placement.status = status
+        placement.message = message
+        placement.finished_at = finished_at or now
+        placement.updated_at = now
+        self.placer.release(placement.workload_id, placement.replica)
+        self._active.pop(placement.id, None)
+        Store.add_event(
+            s,
+            f"Placement{status}",
+            "workload",
+            placement.workload_id,
+            f"replica {placement.replica} on {placement.node}: {message or status}"
+            + (f" (exit code {placement.exit_code})" if placement.exit_code is not None else ""),
+            {"placement_id": placement.id, "exit_code": placement.exit_code},
+        )
+        await self._refresh_workload(s, placement.workload_id)
+
+    def _stop_orphan(self, node: str, placement_id: str, workload_id: str) -> None:
+        """Stop a process the hub does not (or no longer) want, e.g. one re-placed after a lease expiry."""
+        key = f"orphan:{placement_id}"
+        loop_time = asyncio.get_running_loop().time()
+        if loop_time - self._last_sent.get(key, -1e9) < self.settings.command_timeout_s * 2:
+            return
+        self._last_sent[key] = loop_time
+        live = self.nodes.get(node)
+        if live is None:
+            return
+        command = CommandV1(
+            command_id=new_id(), kind="stop", placement_id=placement_id, workload_id=workload_id
+        )
+        task = asyncio.create_task(self.bus.send_command(live.cluster, node, command))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # --- workload status ------------------------------------------------------------------
+
+    async def _refresh_workload(self, s: AsyncSession, workload_id: str) -> None:
+        workload = await s.get(WorkloadRow, workload_id)
+        if workload is None:
+            return
+        placements = list(
+            await s.scalars(
+                select(PlacementRow)
+                .where(PlacementRow.workload_id == workload_id)
+                .order_by(PlacementRow.replica, PlacementRow.attempt)
+            )
+        )
+        latest: dict[int, PlacementRow] = {}
+        for placement in placements:
+            latest[placement.replica] = placement
+        states = [latest[r].status if r in latest else None for r in range(workload.replicas)]
+        active = [p for p in placements if p.status in ACTIVE_PLACEMENT]
+        failed_attempts = {r: sum(1 for p in placements if p.replica == r) for r in range(workload.replicas)}
+
+        if workload.cancel_requested:
+            status = "Cancelling" if active else "Cancelled"
+        elif "Failed" in states:
+            status = "Failed" if not active else "Running"
+            if active:
+                self._request_stops(active, "a sibling replica failed")
+        elif any(n >= MAX_ATTEMPTS and states[r] == "Lost" for r, n in failed_attempts.items()):
+            status = "Failed"
+            workload.message = f"gave up after {MAX_ATTEMPTS} attempts"
+        elif all(state == "Succeeded" for state in states):
+            status = "Succeeded"
+        elif "Running" in states:
+            status = "Running"
+        elif any(state in (None, "Lost", "Cancelled") for state in states):
+            status = "Pending"
+        else:
+            status = "Scheduled"
+
+        if status == "Failed" and "Failed" in states:
+            failed = next(p for p in placements if p.status == "Failed")
+            workload.message = (
+                f"replica {failed.replica} failed: {failed.message or 'exit code ' + str(failed.exit_code)}"
+            )
+        if status != workload.status:
+            now = time.time()
+            Store.add_event(
+                s,
+                f"Workload{status}",
+                "workload",
+                workload.id,
+                workload.message if status == "Failed" else "",
+            )
+            workload.status = status
+            workload.updated_at = now
+            if status in ("Succeeded", "Failed", "Cancelled"):
+                workload.finished_at = now
+                if status == "Succeeded":
+                    workload.message = ""
+
+    def _request_stops(self, placements: list[PlacementRow], reason: str) -> None:
+        for placement in placements:
+            if placement.stop_command_id is None:
+                placement.stop_command_id = new_id()
+                placement.message = reason
+                placement.updated_at = time.time()
+        self.wake()
+
+    # --- API operations -------------------------------------------------------------------
+
+    async def create_workload(
+        self, spec: WorkloadSpec, *, idempotency_key: str | None = None
+    ) -> tuple[str, bool]:
+        """Store a new workload; with an idempotency key a retried POST returns the first one."""
+        if idempotency_key:
+            existing = await self.store.find_workload_by_key(idempotency_key)
+            if existing is not None:
+                return existing.id, False
+        now = time.time()
+        workload_id = new_id()
+        async with self._lock, self.store.session() as s:
+            s.add(
+                WorkloadRow(
+                    id=workload_id,
+                    name=spec.name,
+                    status="Pending",
+                    spec=spec.to_dict(),
+                    replicas=spec.replicas,
+                    priority=spec.priority,
+                    idempotency_key=idempotency_key,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            Store.add_event(s, "WorkloadCreated", "workload", workload_id, spec.name)
+        self.wake()
+        return workload_id, True
+
+    async def cancel_workload(self, workload_id: str) -> None:
+        """Request cancellation (idempotent): stops running replicas, never re-places them."""
+        async with self._lock, self.store.session() as s:
+            workload = await s.get(WorkloadRow, workload_id)
+            if workload is None:
+                raise NotFoundError(f"workload {workload_id!r} not found", field="id")
+            if workload.cancel_requested or workload.status in ("Succeeded", "Failed", "Cancelled"):
+                return
+            workload.cancel_requested = True
+            Store.add_event(s, "WorkloadCancelRequested", "workload", workload_id)
+            active = list(
+                await s.scalars(
+                    select(PlacementRow).where(
+                        PlacementRow.workload_id == workload_id, PlacementRow.status.in_(ACTIVE_PLACEMENT)
+                    )
+                )
+            )
+            self._request_stops(active, "cancelled by user")
+            await self._refresh_workload(s, workload_id)
+
+    def allocated(self, node: str) -> dict[str, Any]:
+        usage = getattr(self.placer, "usage", {}).get(node)
+        if usage is None:
+            return {}
+        return {"cpu": round(usage.cpu, 6), "memory": usage.memory, "gpus": len(usage.gpus), "dpu": usage.dpu}
+
+    # --- the reconcile loop ---------------------------------------------------------------
+
+    async def reconcile_once(self) -> None:
+        async with self._lock:
+            await self._expire_leases()
+            await self._place_pending()
+            await self._flush_nodes()
+            run_cmds, stop_cmds = await self._due_commands()
+        if run_cmds or stop_cmds:
+            await self._send_commands(run_cmds, stop_cmds)
+
+    async def _set_node_status(self, s: AsyncSession, live: NodeLive, status: str, why: str) -> None:
+        live.status = status
+        row = await s.get(NodeRow, live.name)
+        if row is not None:
+            row.status = status
+            row.updated_at = time.time()
+        self.placer.set_node_ready(live.name, status == "Ready")
+        Store.add_event(s, f"Node{status}", "node", live.name, why)
+        await self._refresh_clusters(s)
+
+    async def _refresh_clusters(self, s: AsyncSession) -> None:
+        for cluster in self.federation.clusters:
+            members = [n for n in self.nodes.values() if n.cluster == cluster.name]
+            status = "Unknown" if not members else "Available"
+            if members and all(n.status != "Ready" for n in members):
+                status = "Unavailable"
+            row = await s.get(ClusterRow, cluster.name)
+            if row is not None and row.status != status:
+                row.status = status
+                row.updated_at = time.time()
+                Store.add_event(s, f"Cluster{status}", "cluster", cluster.name)
+
+    async def _expire_leases(self) -> None:
+        now = asyncio.get_running_loop().time()
+        expired = [n for n in self.nodes.values() if n.status == "Ready" and now - n.last_seen > n.lease_s]
+        if not expired:
+            return
+        async with self.store.session() as s:
+            for live in expired:
+                await self._set_node_status(
+                    s, live, "NotReady", f"no heartbeat for {now - live.last_seen:.1f}s"
+                )
+                placements = await s.scalars(
+                    select(PlacementRow).where(
+                        PlacementRow.node == live.name, PlacementRow.status.in_(ACTIVE_PLACEMENT)
+                    )
+                )
+                for placement in placements:
+                    await self._end_placement(s, placement, "Lost", f"node {live.name} lease expired")
+
+    async def _place_pending(self) -> None:
+        async with self.store.session() as s:
+            pending = list(
+                await s.scalars(
+                    select(WorkloadRow)
+                    .where(WorkloadRow.status == "Pending", WorkloadRow.cancel_requested.is_(False))
+                    .order_by(WorkloadRow.priority.desc(), WorkloadRow.created_at)
+                    .limit(200)
+                )
+            )
+            for workload in pending:
+                placements = list(
+                    await s.scalars(select(PlacementRow).where(PlacementRow.workload_id == workload.id))
+                )
+                latest: dict[int, PlacementRow] = {}
+                for placement in sorted(placements, key=lambda p: p.attempt):
+                    latest[placement.replica] = placement
+                missing = [
+                    r
+                    for r in range(workload.replicas)
+                    if r not in latest or latest[r].status not in ("Scheduled", "Running", "Succeeded")
+                ]
+                if not missing:
+                    await self._refresh_workload(s, workload.id)
+                    continue
+                spec = WorkloadSpec.from_stored(workload.spec)
+                outcome = self.placer.place(workload.id, spec, missing)
+                now = time.time()
+                for choice in outcome.choices:
+                    attempt = latest[choice.replica].attempt + 1 if choice.replica in latest else 1
+                    placement = PlacementRow(
+                        id=new_id(),
+                        workload_id=workload.id,
+                        replica=choice.replica,
+                        attempt=attempt,
+                        node=choice.node,
+                        cluster=choice.cluster,
+                        status="Scheduled",
+                        command_id=new_id(),
+                        assignment=choice.assignment,
+                        explanation=choice.explanation,
+                        scheduled_at=now,
+                        updated_at=now,
+                    )
+                    s.add(placement)
+                    self._active[placement.id] = (workload.id, choice.replica, choice.node)
+                    Store.add_event(
+                        s,
+                        "PlacementScheduled",
+                        "workload",
+                        workload.id,
+                        f"replica {choice.replica} -> {choice.node} (attempt {attempt})",
+                        {"node": choice.node, "replica": choice.replica},
+                    )
+                if outcome.choices:
+                    await s.flush()
+                    workload.message = outcome.unschedulable_reason
+                    await self._refresh_workload(s, workload.id)
+                elif outcome.unschedulable_reason and workload.message != outcome.unschedulable_reason:
+                    workload.message = outcome.unschedulable_reason
+                    workload.updated_at = now
+                    Store.add_event(
+                        s, "FailedScheduling", "workload", workload.id, outcome.unschedulable_reason
+                    )
+
+    async def _flush_nodes(self) -> None:
+        dirty = [n for n in self.nodes.values() if n.dirty]
+        if not dirty:
+            return
+        async with self.store.session() as s:
+            for live in dirty:
+                row = await s.get(NodeRow, live.name)
+                if row is None:
+                    continue
+                row.telemetry = live.telemetry
+                row.power_source = live.power_source
+                row.battery_percent = live.battery_percent
+                row.last_heartbeat_at = live.last_heartbeat_at
+                row.updated_at = time.time()
+                live.dirty = False
+
+    async def _due_commands(
+        self,
+    ) -> tuple[list[tuple[PlacementRow, CommandV1]], list[tuple[PlacementRow, CommandV1]]]:
+        """Commands not yet acknowledged whose last send is older than the ack timeout."""
+        loop_time = asyncio.get_running_loop().time()
+        resend_after = self.settings.command_timeout_s
+        runs: list[tuple[PlacementRow, CommandV1]] = []
+        stops: list[tuple[PlacementRow, CommandV1]] = []
+        async with self.store.session() as s:
+            rows = await s.scalars(select(PlacementRow).where(PlacementRow.status.in_(ACTIVE_PLACEMENT)))
+            for placement in rows:
+                live = self.nodes.get(placement.node)
+                if live is None or live.status != "Ready":
+                    continue
+                if placement.stop_command_id and not placement.stop_acked:
+                    cid = placement.stop_command_id
+                    if loop_time - self._last_sent.get(cid, -1e9) >= resend_after:
+                        stops.append(
+                            (
+                                placement,
+                                CommandV1(
+                                    command_id=cid,
+                                    kind="stop",
+                                    placement_id=placement.id,
+                                    workload_id=placement.workload_id,
+                                ),
+                            )
+                        )
+                elif not placement.acked and not placement.stop_command_id:
+                    cid = placement.command_id
+                    if loop_time - self._last_sent.get(cid, -1e9) >= resend_after:
+                        workload = await s.get(WorkloadRow, placement.workload_id)
+                        if workload is None:
+                            continue
+                        spec = WorkloadSpec.from_stored(workload.spec)
+                        runs.append(
+                            (
+                                placement,
+                                CommandV1(
+                                    command_id=cid,
+                                    kind="run",
+                                    placement_id=placement.id,
+                                    workload_id=placement.workload_id,
+                                    spec=RunSpec(
+                                        command=spec.command,
+                                        env=spec.env,
+                                        cpu=spec.resources.cpu,
+                                        memory=spec.resources.memory,
+                                        gpu_indices=[
+                                            int(i) for i in placement.assignment.get("gpu_indices", [])
+                                        ],
+                                        mig=list(spec.resources.mig),
+                                        timeout_s=spec.timeout_s,
+                                    ),
+                                ),
+                            )
+                        )
+        for _, command in runs + stops:
+            self._last_sent[command.command_id] = loop_time
+        return runs, stops
+
+    async def _send_commands(
+        self, runs: list[tuple[PlacementRow, CommandV1]], stops: list[tuple[PlacementRow, CommandV1]]
+    ) -> None:
+        pairs = runs + stops
+        acks = await asyncio.gather(
+            *(self.bus.send_command(p.cluster, p.node, cmd) for p, cmd in pairs), return_exceptions=True
+        )
+        async with self._lock, self.store.session() as s:
+            for (stale, command), ack in zip(pairs, acks, strict=True):
+                if not isinstance(ack, CommandAckV1) or ack.command_id != command.command_id:
+                    continue
+                self._last_sent.pop(command.command_id, None)
+                placement = await s.get(PlacementRow, stale.id)
+                if placement is None or placement.status in TERMINAL_PLACEMENT:
+                    continue
+                if command.kind == "run":
+                    if ack.accepted:
+                        placement.acked = True
+                    else:
+                        await self._end_placement(s, placement, "Lost", f"agent refused: {ack.reason}")
+                elif ack.accepted and ack.reason == "unknown placement":
+                    await self._end_placement(s, placement, "Cancelled", placement.message or "cancelled")
+                elif ack.accepted:
+                    placement.stop_acked = True
+
+
+def _gpu_dict(gpu: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(gpu)
+
+
+def _telemetry_dict(telemetry: Telemetry | None) -> dict[str, Any]:
+    if telemetry is None:
+        return {}
+    from dataclasses import asdict
+
+    return asdict(telemetry)

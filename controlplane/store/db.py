@@ -1,0 +1,99 @@
+"""Database engine creation and schema migration (alembic, programmatic)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+__all__ = ["create_engine", "current_revision", "head_revision", "migrate", "normalize_url", "sqlite_url"]
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def sqlite_url(path: str | Path) -> str:
+    return f"sqlite+aiosqlite:///{Path(path).resolve()}"
+
+
+def normalize_url(url: str) -> str:
+    """Map plain URLs to the async drivers: sqlite -> aiosqlite, postgresql -> asyncpg."""
+    if not url:
+        raise ValueError("empty database URL")
+    parsed = make_url(url)
+    driver = parsed.drivername
+    if driver in ("sqlite", "sqlite+pysqlite"):
+        parsed = parsed.set(drivername="sqlite+aiosqlite")
+    elif driver in ("postgres", "postgresql", "postgresql+psycopg2", "postgresql+psycopg"):
+        parsed = parsed.set(drivername="postgresql+asyncpg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    """An async engine; SQLite gets WAL, foreign keys and a busy timeout."""
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        database = make_url(url).database
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        return engine
+    return create_async_engine(url, pool_pre_ping=True, **kwargs)
+
+
+def _alembic_config(connection: Connection | None = None) -> Any:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
+    """Upgrade the schema to ``revision`` (head by default)."""
+    from alembic import command
+
+    def _upgrade(connection: Connection) -> None:
+        command.upgrade(_alembic_config(connection), revision)
+
+    async with engine.begin() as conn:
+        await conn.run_sync(_upgrade)
+
+
+async def downgrade(engine: AsyncEngine, revision: str) -> None:
+    from alembic import command
+
+    def _downgrade(connection: Connection) -> None:
+        command.downgrade(_alembic_config(connection), revision)
+
+    async with engine.begin() as conn:
+        await conn.run_sync(_downgrade)
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    def _current(connection: Connection) -> str | None:
+        return MigrationContext.configure(connection).get_current_revision()
+
+    async with engine.connect() as conn:
+        return await conn.run_sync(_current)
+
+
+def head_revision() -> str | None:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()

@@ -1,0 +1,105 @@
+"""SQLAlchemy 2 ORM models: clusters, nodes, workloads, placements and the event log.
+
+Timestamps are float seconds since the epoch (UTC): exact on every backend, rendered as
+ISO 8601 by the API. The schema is created only through the alembic migrations in ``migrations/``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["Base", "ClusterRow", "EventRow", "NodeRow", "PlacementRow", "WorkloadRow"]
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class ClusterRow(Base):
+    __tablename__ = "clusters"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    region: Mapped[str] = mapped_column(String(63))
+    status: Mapped[str] = mapped_column(String(16), default="Unknown")
+    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(63), index=True)
+    status: Mapped[str] = mapped_column(String(16), default="Ready")
+    node_type: Mapped[str] = mapped_column(String(16), default="edge")
+    boot_id: Mapped[str] = mapped_column(String(64), default="")
+    agent_version: Mapped[str] = mapped_column(String(32), default="")
+    labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    resources: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    telemetry: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    power_source: Mapped[str] = mapped_column(String(16), default="unknown")
+    battery_percent: Mapped[float | None] = mapped_column(Float, nullable=True)
+    heartbeat_interval_s: Mapped[float] = mapped_column(Float, default=2.0)
+    registered_at: Mapped[float] = mapped_column(Float)
+    last_heartbeat_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class WorkloadRow(Base):
+    __tablename__ = "workloads"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True, default="Pending")
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    replicas: Mapped[int] = mapped_column(Integer, default=1)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    idempotency_key: Mapped[str | None] = mapped_column(String(128), unique=True, nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    message: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class PlacementRow(Base):
+    """One attempt at running one replica of a workload on one node."""
+
+    __tablename__ = "placements"
+    __table_args__ = (Index("ix_placements_workload_replica", "workload_id", "replica"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    workload_id: Mapped[str] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"))
+    replica: Mapped[int] = mapped_column(Integer, default=0)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    node: Mapped[str] = mapped_column(String(63), index=True)
+    cluster: Mapped[str] = mapped_column(String(63))
+    # Scheduled -> Running -> Succeeded | Failed | Cancelled; Lost when its node's lease expired.
+    status: Mapped[str] = mapped_column(String(16), index=True, default="Scheduled")
+    command_id: Mapped[str] = mapped_column(String(32))
+    acked: Mapped[bool] = mapped_column(Boolean, default=False)
+    stop_command_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    stop_acked: Mapped[bool] = mapped_column(Boolean, default=False)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+    assignment: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    explanation: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    scheduled_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[float] = mapped_column(Float, index=True)
+    kind: Mapped[str] = mapped_column(String(48), index=True)
+    object_kind: Mapped[str] = mapped_column(String(16))
+    object_id: Mapped[str] = mapped_column(String(63), index=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)

@@ -1,0 +1,346 @@
+"""The edge agent: registers with the hub, heartbeats telemetry, runs placed work, reports back.
+
+It survives NATS or hub outages: running work keeps running, state reports wait in a bounded
+outbox (and the full state is re-sent on every (re-)registration), and the connection comes back
+through nats-py's reconnect loop after a first connect retried with backoff (tenacity).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+import uuid
+from collections import Counter, OrderedDict, deque
+from pathlib import Path
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from controlplane.bus.hub_bus import connect_nats
+from controlplane.bus.messages import (
+    CommandAckV1,
+    CommandV1,
+    HeartbeatV1,
+    HubHelloV1,
+    MessageError,
+    NodeResources,
+    PlacementState,
+    RegisterAckV1,
+    RegisterV1,
+    ReportAckV1,
+    StatusReportV1,
+    Subjects,
+    Telemetry,
+    decode,
+    encode,
+)
+from edge_agent import __version__
+from edge_agent.config import AgentConfig
+from edge_agent.executor import ProcessRunner
+from edge_agent.telemetry import (
+    GpuReader,
+    NvmlGpuReader,
+    PowerReader,
+    PsutilSystemReader,
+    SysfsPowerReader,
+    SystemReader,
+)
+
+__all__ = ["Agent"]
+
+log = logging.getLogger("edgeplane.agent")
+
+
+class _RegisterRejected(Exception):
+    pass
+
+
+class Agent:
+    """One edge node's agent. ``await agent.run()`` until ``agent.request_stop()``."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        system: SystemReader | None = None,
+        power: PowerReader | None = None,
+        gpus: GpuReader | None = None,
+    ) -> None:
+        self.config = config
+        self.subjects = Subjects(cluster=config.cluster, prefix=config.subject_prefix)
+        self.system = system or PsutilSystemReader()
+        self.power = power or SysfsPowerReader(config.power_supply_path)
+        self.gpus = gpus or NvmlGpuReader()
+        self.boot_id = uuid.uuid4().hex
+        self.runner = ProcessRunner(
+            work_dir=Path(config.work_dir), on_change=self._on_state_change, stop_grace_s=config.stop_grace_s
+        )
+        self.outbox: deque[StatusReportV1] = deque()
+        self.counters: Counter[str] = Counter()
+        self.registered = asyncio.Event()
+        self.hub_id = ""
+        self._acks: OrderedDict[str, CommandAckV1] = OrderedDict()
+        self._nc: NATS | None = None
+        self._stop = asyncio.Event()
+        self._outbox_wake = asyncio.Event()
+        self._register_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._seq = 0
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        self._nc = await self._connect()
+        nc = self._nc
+        await nc.subscribe(self.subjects.command(self.config.name), cb=self._on_command)
+        await nc.subscribe(self.subjects.hub_hello(), cb=self._on_hello)
+        await nc.flush(timeout=5)
+        self._trigger_register()
+        self._tasks = [
+            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+            asyncio.create_task(self._outbox_loop(), name="outbox"),
+        ]
+        log.info("agent %s/%s up (boot %s)", self.config.cluster, self.config.name, self.boot_id[:8])
+        try:
+            await self._stop.wait()
+        finally:
+            await self._shutdown()
+
+    async def _connect(self) -> NATS:
+        async for attempt in AsyncRetrying(
+            wait=wait_exponential(multiplier=0.2, max=5.0), retry=retry_if_exception_type(Exception)
+        ):
+            with attempt:
+                if self._stop.is_set():
+                    raise asyncio.CancelledError
+                return await connect_nats(
+                    self.config.nats_url,
+                    name=f"edge-agent-{self.config.name}",
+                    connect_within_s=5.0,
+                    on_reconnected=self._on_reconnected,
+                )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _shutdown(self) -> None:
+        for task in [*self._tasks, self._register_task]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        await self.runner.stop_all()
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._nc.close(), timeout=2)
+        close = getattr(self.gpus, "close", None)
+        if close is not None:
+            close()
+
+    async def _on_reconnected(self) -> None:
+        self.counters["reconnects"] += 1
+        self._trigger_register()
+        self._outbox_wake.set()
+
+    async def _on_hello(self, msg: Msg) -> None:
+        try:
+            hello = decode(msg.data, HubHelloV1)
+        except MessageError as exc:
+            self._malformed("hub_hello", exc)
+            return
+        log.info("hub %s says hello; registering again", hello.hub_id)
+        self._trigger_register()
+
+    # --- registration ---------------------------------------------------------------------
+
+    def _trigger_register(self) -> None:
+        if self._register_task is not None and not self._register_task.done():
+            self._register_task.cancel()
+        self._register_task = asyncio.create_task(self._register_until_accepted(), name="register")
+
+    def _register_message(self) -> RegisterV1:
+        sample = self.system.read()
+        gpus = self.gpus.read()
+        return RegisterV1(
+            node=self.config.name,
+            cluster=self.config.cluster,
+            boot_id=self.boot_id,
+            agent_version=__version__,
+            resources=NodeResources(
+                cpu=self.config.cpu or sample.cpu_count,
+                memory=self.config.memory or sample.memory_total_bytes,
+                gpus=gpus,
+                dpu=self.config.dpu,
+            ),
+            heartbeat_interval_s=self.config.heartbeat_interval_s,
+            labels=self.config.labels,
+            node_type=self.config.node_type,
+            telemetry=self._telemetry(),
+            placements=[dataclasses.replace(s) for s in self.runner.states()],
+        )
+
+    async def _register_until_accepted(self) -> None:
+        self.registered.clear()
+        async for attempt in AsyncRetrying(
+            wait=wait_exponential(multiplier=0.2, max=10.0),
+            retry=retry_if_exception_type(Exception),
+        ):
+            with attempt:
+                nc = self._nc
+                if nc is None or not nc.is_connected:
+                    raise ConnectionError("not connected")
+                reply = await nc.request(
+                    self.subjects.register(self.config.name), encode(self._register_message()), timeout=3
+                )
+                ack = decode(reply.data, RegisterAckV1)
+                if not ack.accepted:
+                    log.error("hub refused registration: %s", ack.reason)
+                    raise _RegisterRejected(ack.reason)
+                self.hub_id = ack.hub_id
+        self.counters["registrations"] += 1
+        self.registered.set()
+        self._outbox_wake.set()
+        log.info("registered with hub %s", self.hub_id)
+
+    # --- heartbeats -----------------------------------------------------------------------
+
+    def _telemetry(self) -> Telemetry:
+        sample = self.system.read()
+        power = self.power.read()
+        return Telemetry(
+            cpu_percent=sample.cpu_percent,
+            memory_used_bytes=sample.memory_used_bytes,
+            memory_total_bytes=sample.memory_total_bytes,
+            load_1m=sample.load_1m,
+            power_source=power.source,
+            battery_percent=power.battery_percent,
+            gpus=self.gpus.read(),
+        )
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.config.heartbeat_interval_s
+        while True:
+            nc = self._nc
+            if nc is not None and nc.is_connected and self.registered.is_set():
+                self._seq += 1
+                heartbeat = HeartbeatV1(
+                    node=self.config.name,
+                    boot_id=self.boot_id,
+                    seq=self._seq,
+                    sent_at=time.time(),
+                    telemetry=self._telemetry(),
+                    running=self.runner.running_ids(),
+                )
+                try:
+                    await nc.publish(self.subjects.heartbeat(self.config.name), encode(heartbeat))
+                    self.counters["heartbeats"] += 1
+                except Exception as exc:
+                    log.debug("heartbeat not sent: %s", exc)
+            await asyncio.sleep(interval)
+
+    # --- commands -------------------------------------------------------------------------
+
+    def _malformed(self, kind: str, exc: Exception) -> None:
+        self.counters["malformed_messages"] += 1
+        log.warning("dropped malformed %s: %s", kind, exc)
+
+    async def _on_command(self, msg: Msg) -> None:
+        try:
+            command = decode(msg.data, CommandV1)
+            if command.kind not in ("run", "stop"):
+                raise MessageError("command", f"unknown kind {command.kind!r}", field="kind")
+            if command.kind == "run" and (command.spec is None or not command.spec.command):
+                raise MessageError("command", "run needs a spec with a command", field="spec")
+        except MessageError as exc:
+            self._malformed("command", exc)
+            if msg.reply:
+                await self._reply(msg, CommandAckV1(command_id="", accepted=False, reason=str(exc)))
+            return
+        self.counters["commands"] += 1
+        previous = self._acks.get(command.command_id)
+        if previous is not None:
+            self.counters["duplicate_commands"] += 1
+            await self._reply(msg, dataclasses.replace(previous, duplicate=True))
+            return
+        try:
+            ack = await self._execute(command)
+        except Exception as exc:  # never leave a command unanswered, never crash the subscription
+            log.exception("command %s failed", command.command_id)
+            ack = CommandAckV1(command_id=command.command_id, accepted=False, reason=f"agent error: {exc}")
+        self._acks[command.command_id] = ack
+        while len(self._acks) > 10_000:
+            self._acks.popitem(last=False)
+        await self._reply(msg, ack)
+
+    async def _execute(self, command: CommandV1) -> CommandAckV1:
+        if command.kind == "run":
+            assert command.spec is not None
+            if self.runner.knows(command.placement_id):
+                return CommandAckV1(command_id=command.command_id, accepted=True, duplicate=True)
+            if command.placement_id in self.runner.tombstones:
+                return CommandAckV1(
+                    command_id=command.command_id, accepted=False, reason="placement was stopped"
+                )
+            await self.runner.start(command.placement_id, command.workload_id, command.spec)
+            return CommandAckV1(command_id=command.command_id, accepted=True)
+        if not self.runner.knows(command.placement_id):
+            self.runner.tombstones.add(command.placement_id)
+            return CommandAckV1(command_id=command.command_id, accepted=True, reason="unknown placement")
+        task = asyncio.create_task(self.runner.stop(command.placement_id))
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+        return CommandAckV1(command_id=command.command_id, accepted=True)
+
+    async def _reply(self, msg: Msg, ack: CommandAckV1) -> None:
+        if not msg.reply:
+            return
+        with contextlib.suppress(Exception):
+            await msg.respond(encode(ack))
+
+    # --- state reports --------------------------------------------------------------------
+
+    def _on_state_change(self, state: PlacementState) -> None:
+        report = StatusReportV1(
+            report_id=uuid.uuid4().hex, node=self.config.name, placement=dataclasses.replace(state)
+        )
+        if len(self.outbox) >= self.config.outbox_limit:
+            # The newest state of every placement is re-sent at registration, so dropping the
+            # oldest queued report loses no final state.
+            self.outbox.popleft()
+            self.counters["reports_dropped"] += 1
+        self.outbox.append(report)
+        self._outbox_wake.set()
+
+    async def _outbox_loop(self) -> None:
+        backoff = 0.2
+        while True:
+            await self._outbox_wake.wait()
+            self._outbox_wake.clear()
+            while self.outbox:
+                nc = self._nc
+                if nc is None or not nc.is_connected or not self.registered.is_set():
+                    break
+                report = self.outbox[0]
+                try:
+                    reply = await nc.request(
+                        self.subjects.report(self.config.name), encode(report), timeout=2
+                    )
+                    ack = decode(reply.data, ReportAckV1)
+                except Exception as exc:
+                    log.debug("report %s not acknowledged yet: %s", report.report_id, exc)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                backoff = 0.2
+                if ack.report_id == report.report_id and self.outbox and self.outbox[0] is report:
+                    self.outbox.popleft()
+                    self.counters["reports_sent"] += 1
+            if self.outbox:
+                # Not connected or not registered: look again soon.
+                await asyncio.sleep(0.5)
+                self._outbox_wake.set()

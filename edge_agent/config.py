@@ -1,0 +1,161 @@
+"""Agent settings: from an optional YAML file, overridden by command-line flags.
+
+File keys (all optional except where the CLI does not give them)::
+
+    nats_url: nats://127.0.0.1:4222
+    cluster: default
+    name: edge-1
+    subject_prefix: edgeplane.v1
+    heartbeat_interval_s: 2.0
+    node_type: edge            # edge | cpu | gpu | dpu
+    labels: {zone: a}
+    capacity: {cpu: 4, memory: 8Gi, dpu: 0}   # defaults: what the machine has
+    power_supply_path: /sys/class/power_supply
+    work_dir: ~/.edgeplane/agent/<name>
+    stop_grace_s: 5
+    outbox_limit: 10000
+
+Errors name the file, the key and the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controlplane.errors import ConfigError, ValidationError
+from controlplane.resources import parse_cpu, parse_memory
+
+__all__ = ["AgentConfig", "load_agent_config"]
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+_PREFIX = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+NODE_TYPES = ("edge", "cpu", "gpu", "dpu")
+
+
+@dataclass(slots=True)
+class AgentConfig:
+    nats_url: str = "nats://127.0.0.1:4222"
+    cluster: str = "default"
+    name: str = ""
+    subject_prefix: str = "edgeplane.v1"
+    heartbeat_interval_s: float = 2.0
+    node_type: str = "edge"
+    labels: dict[str, str] = field(default_factory=dict)
+    cpu: float | None = None
+    memory: int | None = None
+    dpu: int = 0
+    power_supply_path: str = "/sys/class/power_supply"
+    work_dir: str = ""
+    stop_grace_s: float = 5.0
+    outbox_limit: int = 10000
+
+
+_KEYS = {
+    "nats_url",
+    "cluster",
+    "name",
+    "subject_prefix",
+    "heartbeat_interval_s",
+    "node_type",
+    "labels",
+    "capacity",
+    "power_supply_path",
+    "work_dir",
+    "stop_grace_s",
+    "outbox_limit",
+}
+
+
+def load_agent_config(path: str | None, overrides: dict[str, Any]) -> AgentConfig:
+    """Merge the file (if any) and the non-None overrides, then validate everything."""
+    source = path or "<command line>"
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(source, "<file>", f"cannot read: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(source, "<file>", f"not valid YAML: {exc}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(source, "<root>", "must be a mapping")
+        for key in loaded:
+            if key not in _KEYS:
+                raise ConfigError(source, str(key), f"unknown key (allowed: {', '.join(sorted(_KEYS))})")
+        data.update(loaded)
+    for key, value in overrides.items():
+        if value is not None:
+            data[key] = value
+    return _validate(data, source)
+
+
+def _validate(data: dict[str, Any], source: str) -> AgentConfig:
+    cfg = AgentConfig()
+
+    def fail(key: str, reason: str) -> ConfigError:
+        return ConfigError(source, key, reason)
+
+    if not data.get("name"):
+        raise fail("name", "is required (--name, or name: in the config file)")
+    for key in ("cluster", "name"):
+        value = data.get(key, getattr(cfg, key))
+        if not isinstance(value, str) or not _TOKEN.match(value):
+            raise fail(key, f"must match [A-Za-z0-9_-]{{1,63}}, got {value!r}")
+        setattr(cfg, key, value)
+    url = data.get("nats_url", cfg.nats_url)
+    if not isinstance(url, str) or not re.match(r"^(nats|tls|ws|wss)://", url):
+        raise fail("nats_url", f"must be a nats:// URL, got {url!r}")
+    cfg.nats_url = url
+    prefix = data.get("subject_prefix", cfg.subject_prefix)
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        raise fail("subject_prefix", f"must be dot-separated tokens, got {prefix!r}")
+    cfg.subject_prefix = prefix
+    for key, low, high in (("heartbeat_interval_s", 0.05, 3600), ("stop_grace_s", 0, 3600)):
+        value = data.get(key, getattr(cfg, key))
+        if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+            raise fail(key, f"must be a number between {low} and {high}")
+        setattr(cfg, key, float(value))
+    node_type = data.get("node_type", cfg.node_type)
+    if node_type not in NODE_TYPES:
+        raise fail("node_type", f"must be one of {', '.join(NODE_TYPES)}")
+    cfg.node_type = node_type
+    labels = data.get("labels", {})
+    if not isinstance(labels, dict):
+        raise fail("labels", "must be a mapping of string to string")
+    cfg.labels = {str(k): str(v) for k, v in labels.items()}
+    capacity = data.get("capacity", {})
+    if not isinstance(capacity, dict):
+        raise fail("capacity", "must be a mapping with cpu, memory, dpu")
+    for key in capacity:
+        if key not in ("cpu", "memory", "dpu"):
+            raise fail(f"capacity.{key}", "unknown key (allowed: cpu, memory, dpu)")
+    try:
+        if capacity.get("cpu") is not None:
+            cfg.cpu = parse_cpu(capacity["cpu"], field_name="capacity.cpu")
+        if capacity.get("memory") is not None:
+            cfg.memory = parse_memory(capacity["memory"], field_name="capacity.memory")
+    except ValidationError as exc:
+        raise fail(exc.field or "capacity", exc.message) from None
+    dpu = capacity.get("dpu", 0)
+    if isinstance(dpu, bool) or not isinstance(dpu, int) or dpu < 0:
+        raise fail("capacity.dpu", "must be an integer >= 0")
+    cfg.dpu = dpu
+    for key in ("power_supply_path", "work_dir"):
+        value = data.get(key, getattr(cfg, key))
+        if not isinstance(value, str):
+            raise fail(key, "must be a path string")
+        setattr(cfg, key, value)
+    if not cfg.work_dir:
+        cfg.work_dir = str(Path.home() / ".edgeplane" / "agent" / cfg.name)
+    limit = data.get("outbox_limit", cfg.outbox_limit)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise fail("outbox_limit", "must be an integer >= 1")
+    cfg.outbox_limit = limit
+    return cfg

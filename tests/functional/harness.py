@@ -1,0 +1,166 @@
+"""Helpers for functional tests: a hub with its API on a free port, in-process agents, polling."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+
+from controlplane.federation.config import FederationConfig, single_cluster
+from controlplane.hub.runner import RunningHub, start_hub
+from controlplane.hub.service import HubSettings
+from edge_agent.agent import Agent
+from edge_agent.config import AgentConfig
+from edge_agent.telemetry.gpu import StaticGpuReader
+from edge_agent.telemetry.power import SysfsPowerReader
+
+T = TypeVar("T")
+
+
+async def wait_for(
+    probe: Callable[[], Awaitable[T]],
+    until: Callable[[T], bool],
+    *,
+    timeout: float = 10.0,
+    every: float = 0.05,
+) -> T:
+    """Poll ``probe`` until ``until(value)``; fail with the last value seen after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    value = await probe()
+    while not until(value):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s; last value: {value!r}")
+        await asyncio.sleep(every)
+        value = await probe()
+    return value
+
+
+@dataclass
+class Api:
+    """A tiny JSON client for the hub's API."""
+
+    base: str
+    session: aiohttp.ClientSession
+
+    async def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> tuple[int, Any]:
+        async with self.session.request(
+            method, self.base + path, json=body, timeout=aiohttp.ClientTimeout(total=10), **kwargs
+        ) as response:
+            return response.status, await response.json()
+
+    async def get(self, path: str) -> Any:
+        status, body = await self.call("GET", path)
+        assert status == 200, (path, status, body)
+        return body
+
+    async def post_workload(self, body: dict[str, Any], **kwargs: Any) -> str:
+        status, reply = await self.call("POST", "/v1/workloads", body, **kwargs)
+        assert status == 201, reply
+        return str(reply["id"])
+
+    async def workload(self, workload_id: str) -> dict[str, Any]:
+        body: dict[str, Any] = await self.get(f"/v1/workloads/{workload_id}")
+        return body
+
+    async def wait_status(self, workload_id: str, *statuses: str, timeout: float = 15.0) -> dict[str, Any]:
+        return await wait_for(
+            lambda: self.workload(workload_id), lambda w: w["status"] in statuses, timeout=timeout
+        )
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        return list((await self.get("/v1/nodes"))["items"])
+
+
+def hub_settings(nats_url: str, federation: FederationConfig | None = None, **overrides: Any) -> HubSettings:
+    values: dict[str, Any] = {
+        "nats_url": nats_url,
+        "federation": federation or single_cluster(),
+        "lease_missed_heartbeats": 4,
+        "reconcile_interval_s": 0.1,
+        "command_timeout_s": 1.0,
+        "nats_connect_within_s": 5.0,
+    }
+    values.update(overrides)
+    return HubSettings(**values)
+
+
+@contextlib.asynccontextmanager
+async def running_hub(
+    nats_url: str, database_url: str, federation: FederationConfig | None = None, **overrides: Any
+) -> AsyncIterator[tuple[RunningHub, Api]]:
+    running = await start_hub(
+        hub_settings(nats_url, federation, **overrides), database_url=database_url, host="127.0.0.1", port=0
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield running, Api(running.url, session)
+    finally:
+        await running.stop()
+
+
+@dataclass
+class AgentHandle:
+    agent: Agent
+    task: asyncio.Task[None]
+    power_dir: Path
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    async def stop(self) -> None:
+        self.agent.request_stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(self.task, timeout=10)
+
+
+def write_power_supply(root: Path, *, on_battery: bool, percent: float = 80.0) -> None:
+    """A fake /sys/class/power_supply: an AC adapter and one battery."""
+    ac, battery = root / "AC", root / "BAT0"
+    ac.mkdir(parents=True, exist_ok=True)
+    battery.mkdir(parents=True, exist_ok=True)
+    (ac / "type").write_text("Mains\n")
+    (ac / "online").write_text("0\n" if on_battery else "1\n")
+    (battery / "type").write_text("Battery\n")
+    (battery / "present").write_text("1\n")
+    (battery / "capacity").write_text(f"{int(percent)}\n")
+    (battery / "status").write_text("Discharging\n" if on_battery else "Charging\n")
+
+
+@contextlib.asynccontextmanager
+async def running_agents(
+    nats_url: str, tmp_path: Path, names: list[str], *, cluster: str = "default", **config: Any
+) -> AsyncIterator[list[AgentHandle]]:
+    handles: list[AgentHandle] = []
+    try:
+        for name in names:
+            power_dir = tmp_path / f"power-{name}"
+            write_power_supply(power_dir, on_battery=False)
+            cfg = AgentConfig(
+                nats_url=nats_url,
+                cluster=cluster,
+                name=name,
+                heartbeat_interval_s=config.get("heartbeat_interval_s", 0.25),
+                work_dir=str(tmp_path / "agents" / name),
+                cpu=config.get("cpu", 4.0),
+                memory=config.get("memory", 8 * 2**30),
+                stop_grace_s=2.0,
+                labels=config.get("labels", {}),
+            )
+            agent = Agent(
+                cfg, power=SysfsPowerReader(power_dir), gpus=StaticGpuReader(config.get("gpus", []))
+            )
+            handles.append(AgentHandle(agent, asyncio.create_task(agent.run()), power_dir))
+        for handle in handles:
+            await asyncio.wait_for(handle.agent.registered.wait(), timeout=10)
+        yield handles
+    finally:
+        for handle in handles:
+            await handle.stop()
+
+
+PY = sys.executable
