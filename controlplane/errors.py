@@ -7,6 +7,7 @@ that was wrong; the HTTP layer maps them to status codes and a JSON body.
 from __future__ import annotations
 
 __all__ = [
+    "BadRequestError",
     "ConfigError",
     "ConflictError",
     "EdgeplaneError",
@@ -35,6 +36,13 @@ class ValidationError(EdgeplaneError):
 
     code = "invalid"
     http_status = 422
+
+
+class BadRequestError(EdgeplaneError):
+    """The request could not be parsed at all (not JSON, not UTF-8)."""
+
+    code = "bad_json"
+    http_status = 400
 
 
 class NotFoundError(EdgeplaneError):

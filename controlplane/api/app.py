@@ -10,7 +10,7 @@ from aiohttp import web
 from controlplane.api.errors import error_middleware
 from controlplane.api.openapi import openapi_document
 from controlplane.api.views import cluster_json, event_json, node_json, workload_json
-from controlplane.errors import NotFoundError, ValidationError
+from controlplane.errors import BadRequestError, NotFoundError, ValidationError
 from controlplane.hub.service import Hub
 from controlplane.hub.spec import WorkloadSpec
 
@@ -50,10 +50,17 @@ def _choice(request: web.Request, name: str, choices: tuple[str, ...]) -> str | 
 async def _json_body(request: web.Request) -> Any:
     if request.content_length is not None and request.content_length > MAX_BODY:
         raise ValidationError(f"request body larger than {MAX_BODY} bytes", field="<body>")
-    text = await request.text()
-    if not text.strip():
-        raise ValidationError("request body is empty; send a JSON object", field="<body>")
-    return json.loads(text)
+    raw = await request.read()
+    if not raw.strip():
+        raise BadRequestError("request body is empty; send a JSON object", field="<body>")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise BadRequestError("request body is not UTF-8", field="<body>") from None
+    except json.JSONDecodeError as exc:
+        raise BadRequestError(
+            f"request body is not valid JSON: {exc.msg} at char {exc.pos}", field="<body>"
+        ) from None
 
 
 @routes.get("/healthz")

@@ -133,7 +133,13 @@ def write_power_supply(root: Path, *, on_battery: bool, percent: float = 80.0) -
 
 @contextlib.asynccontextmanager
 async def running_agents(
-    nats_url: str, tmp_path: Path, names: list[str], *, cluster: str = "default", **config: Any
+    nats_url: str,
+    tmp_path: Path,
+    names: list[str],
+    *,
+    cluster: str = "default",
+    wait_registered: bool = True,
+    **config: Any,
 ) -> AsyncIterator[list[AgentHandle]]:
     handles: list[AgentHandle] = []
     try:
@@ -155,7 +161,7 @@ async def running_agents(
                 cfg, power=SysfsPowerReader(power_dir), gpus=StaticGpuReader(config.get("gpus", []))
             )
             handles.append(AgentHandle(agent, asyncio.create_task(agent.run()), power_dir))
-        for handle in handles:
+        for handle in handles if wait_registered else []:
             await asyncio.wait_for(handle.agent.registered.wait(), timeout=10)
         yield handles
     finally:

@@ -1,0 +1,299 @@
+"""Faults are normal: dead agents, NATS restarts, hub restarts, duplicates and garbage on the wire."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import nats
+from harness import running_agents, running_hub, wait_for
+
+from controlplane.bus.messages import (
+    CommandAckV1,
+    CommandV1,
+    PlacementState,
+    RunSpec,
+    StatusReportV1,
+    Subjects,
+    decode,
+    encode,
+)
+from controlplane.natsd import NatsServer, free_port
+
+
+def spawn_agent(nats_url: str, name: str, tmp_path: Path, *, cpu: str = "1") -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edge_agent.cli",
+            "run",
+            "--nats",
+            nats_url,
+            "--name",
+            name,
+            "--heartbeat-interval",
+            "0.25",
+            "--cpu",
+            cpu,
+            "--memory",
+            "2Gi",
+            "--work-dir",
+            str(tmp_path / name),
+            "--power-supply-path",
+            str(tmp_path / "no-power-supply"),
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); its state in /proc says it is dead.
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    return True
+
+
+PIDFILE_CMD = ["sh", "-c", 'echo $$ > "$EDGEPLANE_PLACEMENT_ID.pid"; exec sleep 60']
+
+
+async def test_a_killed_agent_process_goes_not_ready_its_work_dies_with_it_and_is_placed_again(
+    nats_server, sqlite_url, tmp_path
+):
+    agents = [spawn_agent(nats_server.url, name, tmp_path) for name in ("a1", "a2")]
+    try:
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            await wait_for(api.nodes, lambda n: len(n) == 2 and all(x["status"] == "Ready" for x in n))
+            workload_id = await api.post_workload(
+                {"name": "long", "command": PIDFILE_CMD, "resources": {"cpu": 1}}
+            )
+            first = await api.wait_status(workload_id, "Running")
+            victim_name = first["node"]
+            placement_id = first["placements"][0]["id"]
+            pidfile = tmp_path / victim_name / f"{placement_id}.pid"
+            pid = int((await wait_for(lambda: _read(pidfile), bool)).strip())
+            victim = agents[0] if victim_name == "a1" else agents[1]
+            victim.kill()
+            victim.wait(timeout=5)
+            node = await wait_for(
+                lambda: api.get(f"/v1/nodes/{victim_name}"), lambda n: n["status"] == "NotReady", timeout=10
+            )
+            assert node["status"] == "NotReady"
+            await wait_for(lambda: _async(not alive(pid)), bool, timeout=5)
+            moved = await wait_for(
+                lambda: api.workload(workload_id),
+                lambda w: w["status"] == "Running" and w["node"] != victim_name,
+                timeout=10,
+            )
+            assert [p["status"] for p in moved["placements"]] == ["Lost", "Running"]
+            assert moved["placements"][1]["attempt"] == 2
+            kinds = [e["kind"] for e in (await api.get("/v1/events?kind=NodeNotReady"))["items"]]
+            assert kinds == ["NodeNotReady"]
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.terminate()
+                agent.wait(timeout=10)
+
+
+async def test_a_frozen_agent_that_comes_back_has_its_replaced_work_stopped(
+    nats_server, sqlite_url, tmp_path
+):
+    agents = [spawn_agent(nats_server.url, name, tmp_path) for name in ("f1", "f2")]
+    try:
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            await wait_for(api.nodes, lambda n: len(n) == 2 and all(x["status"] == "Ready" for x in n))
+            workload_id = await api.post_workload(
+                {"name": "long", "command": PIDFILE_CMD, "resources": {"cpu": 1}}
+            )
+            first = await api.wait_status(workload_id, "Running")
+            frozen_name = first["node"]
+            pidfile = tmp_path / frozen_name / f"{first['placements'][0]['id']}.pid"
+            pid = int((await wait_for(lambda: _read(pidfile), bool)).strip())
+            frozen = agents[0] if frozen_name == "f1" else agents[1]
+            frozen.send_signal(signal.SIGSTOP)
+            await wait_for(
+                lambda: api.workload(workload_id),
+                lambda w: w["status"] == "Running" and w["node"] != frozen_name,
+                timeout=10,
+            )
+            assert alive(pid), "the old process keeps running while its agent is frozen"
+            frozen.send_signal(signal.SIGCONT)
+            await wait_for(lambda: api.get(f"/v1/nodes/{frozen_name}"), lambda n: n["status"] == "Ready")
+            await wait_for(lambda: _async(not alive(pid)), bool, timeout=10)
+            assert (await api.workload(workload_id))["status"] == "Running"
+    finally:
+        for agent in agents:
+            with contextlib.suppress(ProcessLookupError):
+                agent.send_signal(signal.SIGCONT)
+            if agent.poll() is None:
+                agent.terminate()
+                agent.wait(timeout=10)
+
+
+async def test_nats_restart_mid_run_agent_reconnects_and_the_buffered_report_arrives(sqlite_url, tmp_path):
+    port = free_port()
+    server = NatsServer(port=port).start()
+    try:
+        async with (
+            running_hub(server.url, sqlite_url, lease_missed_heartbeats=20) as (_, api),
+            running_agents(server.url, tmp_path, ["r1"], heartbeat_interval_s=0.5) as agents,
+        ):
+            workload_id = await api.post_workload({"name": "through-outage", "command": ["sleep", "1.5"]})
+            await api.wait_status(workload_id, "Running")
+            server.stop()
+            await asyncio.sleep(2.5)  # the workload ends while NATS is down
+            placement = agents[0].agent.runner.states()[0]
+            assert placement.state == "Succeeded"
+            assert len(agents[0].agent.outbox) >= 1, "the report waits in the outbox"
+            server = NatsServer(port=port).start()
+            done = await api.wait_status(workload_id, "Succeeded", timeout=20)
+            assert done["exit_code"] == 0
+            assert agents[0].agent.counters["reconnects"] >= 1
+            await wait_for(lambda: _async(not agents[0].agent.outbox), bool, timeout=10)
+            node = await api.get("/v1/nodes/r1")
+            assert node["status"] == "Ready"
+            again = await api.post_workload({"name": "after-outage", "command": ["true"]})
+            assert (await api.wait_status(again, "Succeeded"))["node"] == "r1"
+    finally:
+        server.stop()
+
+
+async def test_a_restarted_hub_recovers_from_the_store_and_the_agents_reports(
+    nats_server, sqlite_url, tmp_path
+):
+    async with running_agents(nats_server.url, tmp_path, ["h1"], wait_registered=False) as agents:
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            await wait_for(api.nodes, lambda n: len(n) == 1)
+            finishing = await api.post_workload({"name": "finishes-while-down", "command": ["sleep", "1"]})
+            sleeping = await api.post_workload({"name": "keeps-running", "command": ["sleep", "60"]})
+            await api.wait_status(finishing, "Running")
+            await api.wait_status(sleeping, "Running")
+        await asyncio.sleep(1.5)
+        assert agents[0].agent.outbox, "the final report could not be delivered while the hub was down"
+        async with running_hub(nats_server.url, sqlite_url) as (running, api):
+            done = await api.wait_status(finishing, "Succeeded")
+            assert done["exit_code"] == 0
+            still = await api.workload(sleeping)
+            assert still["status"] == "Running" and len(still["placements"]) == 1
+            assert running.hub.allocated("h1")["cpu"] > 0, "the running placement's reservation was rebuilt"
+            status, _ = await api.call("DELETE", f"/v1/workloads/{sleeping}")
+            assert status == 202
+            await api.wait_status(sleeping, "Cancelled")
+
+
+async def test_duplicate_commands_and_reports_change_nothing(nats_server, sqlite_url, tmp_path):
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (running, api),
+        running_agents(nats_server.url, tmp_path, ["d1"]) as agents,
+    ):
+        nc = await nats.connect(nats_server.url)
+        try:
+            subjects = Subjects("default")
+            command = CommandV1(
+                command_id="cmd-1",
+                kind="run",
+                placement_id="p-dup",
+                workload_id="w-dup",
+                spec=RunSpec(command=["sleep", "30"]),
+            )
+            first = decode(
+                (await nc.request(subjects.command("d1"), encode(command), timeout=5)).data, CommandAckV1
+            )
+            second = decode(
+                (await nc.request(subjects.command("d1"), encode(command), timeout=5)).data, CommandAckV1
+            )
+            assert (first.accepted, first.duplicate) == (True, False)
+            assert (second.accepted, second.duplicate) == (True, True)
+            assert [s.placement_id for s in agents[0].agent.runner.states()] == ["p-dup"]
+
+            stop_unknown = CommandV1(command_id="cmd-2", kind="stop", placement_id="p-never", workload_id="w")
+            ack = decode(
+                (await nc.request(subjects.command("d1"), encode(stop_unknown), timeout=5)).data, CommandAckV1
+            )
+            assert ack.reason == "unknown placement"
+            late_run = CommandV1(
+                command_id="cmd-3",
+                kind="run",
+                placement_id="p-never",
+                workload_id="w",
+                spec=RunSpec(command=["true"]),
+            )
+            ack = decode(
+                (await nc.request(subjects.command("d1"), encode(late_run), timeout=5)).data, CommandAckV1
+            )
+            assert not ack.accepted and "stopped" in ack.reason
+
+            workload_id = await api.post_workload({"name": "reported", "command": ["true"]})
+            done = await api.wait_status(workload_id, "Succeeded")
+            events_before = (await api.get(f"/v1/events?object_id={workload_id}"))["items"]
+            replay = StatusReportV1(
+                report_id="replayed",
+                node="d1",
+                placement=PlacementState(
+                    placement_id=done["placements"][0]["id"],
+                    workload_id=workload_id,
+                    state="Failed",
+                    exit_code=9,
+                ),
+            )
+            for _ in range(2):
+                await nc.request(subjects.report("d1"), encode(replay), timeout=5)
+            after = await api.workload(workload_id)
+            assert (after["status"], after["exit_code"]) == ("Succeeded", 0)
+            assert (await api.get(f"/v1/events?object_id={workload_id}"))["items"] == events_before
+        finally:
+            await nc.close()
+            await agents[0].agent.runner.stop("p-dup")
+
+
+async def test_malformed_messages_are_counted_and_dropped_and_everyone_keeps_running(
+    nats_server, sqlite_url, tmp_path
+):
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (running, api),
+        running_agents(nats_server.url, tmp_path, ["m1"]) as agents,
+    ):
+        nc = await nats.connect(nats_server.url)
+        try:
+            subjects = Subjects("default")
+            reply = await nc.request(subjects.command("m1"), b"{not json", timeout=5)
+            assert decode(reply.data, CommandAckV1).accepted is False
+            await nc.request(subjects.command("m1"), b'{"v": 1, "command_id": 5}', timeout=5)
+            await nc.request(subjects.command("m1"), b'{"v": 99}', timeout=5)
+            await nc.publish(subjects.heartbeat("m1"), b"\xff\xfe garbage")
+            await nc.publish(subjects.report("m1"), b'{"v": 1, "report_id": "x"}')
+            await nc.request(subjects.register("m1"), b"[]", timeout=5)
+            await nc.flush()
+        finally:
+            await nc.close()
+        assert agents[0].agent.counters["malformed_messages"] == 3
+        health = await wait_for(
+            lambda: api.get("/healthz"), lambda h: sum(h["malformed_messages"].values()) == 3
+        )
+        assert health["malformed_messages"] == {"heartbeat": 1, "report": 1, "register": 1}
+        workload_id = await api.post_workload({"name": "still-fine", "command": ["true"]})
+        assert (await api.wait_status(workload_id, "Succeeded"))["node"] == "m1"
+
+
+async def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+async def _async(value: bool) -> bool:
+    return value
