@@ -15,6 +15,7 @@ import time
 import uuid
 from collections import Counter, OrderedDict, deque
 from pathlib import Path
+from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -88,7 +89,7 @@ class Agent:
         self._stop = asyncio.Event()
         self._outbox_wake = asyncio.Event()
         self._register_task: asyncio.Task[None] | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Task[Any]] = []
         self._seq = 0
 
     # --- lifecycle ------------------------------------------------------------------------

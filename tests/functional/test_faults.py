@@ -196,7 +196,7 @@ async def test_a_restarted_hub_recovers_from_the_store_and_the_agents_reports(
 
 async def test_duplicate_commands_and_reports_change_nothing(nats_server, sqlite_url, tmp_path):
     async with (
-        running_hub(nats_server.url, sqlite_url) as (running, api),
+        running_hub(nats_server.url, sqlite_url) as (_, api),
         running_agents(nats_server.url, tmp_path, ["d1"]) as agents,
     ):
         nc = await nats.connect(nats_server.url)
@@ -263,7 +263,7 @@ async def test_malformed_messages_are_counted_and_dropped_and_everyone_keeps_run
     nats_server, sqlite_url, tmp_path
 ):
     async with (
-        running_hub(nats_server.url, sqlite_url) as (running, api),
+        running_hub(nats_server.url, sqlite_url) as (_, api),
         running_agents(nats_server.url, tmp_path, ["m1"]) as agents,
     ):
         nc = await nats.connect(nats_server.url)

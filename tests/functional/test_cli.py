@@ -1,0 +1,138 @@
+"""The README's first command, ``controlplane up``, as a user runs it: separate processes, real HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from controlplane.natsd import free_port
+
+
+def _get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return response.status, json.loads(response.read())
+
+
+def _poll(fn, until, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    value = fn()
+    while not until(value):
+        assert time.monotonic() < deadline, f"timed out; last value {value!r}"
+        time.sleep(0.1)
+        value = fn()
+    return value
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_controlplane_up_runs_hub_nats_and_agents_and_ctrl_c_stops_them_all(tmp_path):
+    port = free_port()
+    up = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "controlplane.cli",
+            "up",
+            "--agents",
+            "2",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "EDGEPLANE_DATABASE_URL": "", "EDGEPLANE_NATS_URL": ""},
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        banner = up.stdout.readline()
+        assert f"API {base}" in banner, banner
+        nodes = _poll(lambda: _get(f"{base}/v1/nodes")[1], lambda body: len(body.get("items", [])) == 2)
+        assert {n["status"] for n in nodes["items"]} == {"Ready"}
+        children = _children(up.pid)
+        assert len(children) == 3, "nats-server and two agents"
+        status, created = _post(
+            f"{base}/v1/workloads",
+            {"name": "hello", "command": ["sh", "-c", "echo hi"], "resources": {"cpu": 0.5, "memory": "64Mi"}},
+        )
+        assert status == 201
+        done = _poll(lambda: _get(f"{base}/v1/workloads/{created['id']}")[1], lambda w: w["status"] == "Succeeded")
+        assert done["exit_code"] == 0 and done["node"] in {"edge-1", "edge-2"}
+        assert (tmp_path / "data" / "edgeplane.sqlite3").exists()
+    finally:
+        up.send_signal(signal.SIGINT)
+        code = up.wait(timeout=30)
+    assert code == 0
+    for child in children:
+        assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+
+
+def test_a_bad_federation_file_fails_at_start_naming_file_key_and_reason(tmp_path):
+    bad = tmp_path / "federation.yaml"
+    bad.write_text("clusters:\n  - name: a\n    region: eu\n  - name: a\n    region: us\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", "up", "--federation", str(bad), "--agents", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert f"{bad}: clusters[1].name: duplicate cluster name 'a'" in result.stderr
+
+
+def test_an_agent_with_a_bad_config_file_fails_at_start(tmp_path):
+    config = tmp_path / "agent.yaml"
+    config.write_text("name: n1\nheartbeat_interval_s: fast\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "edge_agent.cli", "run", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert f"{config}: heartbeat_interval_s: must be a number" in result.stderr
+
+
+def test_controlplane_migrate_creates_the_schema(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", "migrate", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "EDGEPLANE_DATABASE_URL": ""},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "schema: <empty> -> 0001" in result.stdout

@@ -1,0 +1,43 @@
+"""Agent configuration: file plus flags, with errors naming file, key and reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.errors import ConfigError
+from edge_agent.config import load_agent_config
+
+
+def test_flags_override_the_file(tmp_path):
+    path = tmp_path / "agent.yaml"
+    path.write_text("name: from-file\ncluster: c1\nheartbeat_interval_s: 5\ncapacity: {cpu: 2, memory: 1Gi}\n")
+    config = load_agent_config(str(path), {"name": "from-flag", "cluster": None})
+    assert (config.name, config.cluster, config.heartbeat_interval_s) == ("from-flag", "c1", 5.0)
+    assert (config.cpu, config.memory) == (2.0, 2**30)
+    assert config.work_dir.endswith("from-flag")
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "reason"),
+    [
+        ("name: n\nbogus: 1\n", "bogus", "unknown key"),
+        ("name: n\nnats_url: http://x\n", "nats_url", "nats://"),
+        ("name: 'a.b'\n", "name", "must match"),
+        ("cluster: c\n", "name", "is required"),
+        ("name: n\ncapacity: {memory: lots}\n", "capacity.memory", "cannot parse"),
+        ("name: n\nnode_type: phone\n", "node_type", "must be one of"),
+        ("name: [unclosed\n", "<file>", "not valid YAML"),
+    ],
+)
+def test_bad_files_name_the_file_key_and_reason(tmp_path, text, key, reason):
+    path = tmp_path / "agent.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_agent_config(str(path), {})
+    assert info.value.path == str(path) and info.value.key == key and reason in info.value.reason
+
+
+def test_a_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load_agent_config(str(tmp_path / "nope.yaml"), {"name": "n"})
+    assert info.value.key == "<file>" and "cannot read" in info.value.reason

@@ -1,0 +1,61 @@
+"""Workload specs and resource quantities."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.errors import ValidationError
+from controlplane.hub.spec import WorkloadSpec
+from controlplane.resources import format_memory, parse_cpu, parse_memory
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("64Mi", 64 * 2**20), ("1Gi", 2**30), ("1G", 10**9), ("512", 512), (2048, 2048), ("1.5Ki", 1536)],
+)
+def test_memory_quantities_parse_to_bytes(text, expected):
+    assert parse_memory(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["64MB", "-1", "", "lots", True, None, 0, [1]])
+def test_bad_memory_quantities_name_the_field(bad):
+    with pytest.raises(ValidationError) as info:
+        parse_memory(bad, field_name="resources.memory")
+    assert info.value.field == "resources.memory"
+
+
+@pytest.mark.parametrize(("text", "expected"), [("500m", 0.5), (2, 2.0), ("1.5", 1.5), (0.25, 0.25)])
+def test_cpu_quantities_parse_to_cores(text, expected):
+    assert parse_cpu(text) == expected
+
+
+def test_memory_formats_with_the_largest_exact_suffix():
+    assert format_memory(64 * 2**20) == "64Mi"
+    assert format_memory(1000) == "1000"
+
+
+def test_a_full_spec_round_trips_through_its_stored_form():
+    spec = WorkloadSpec.parse(
+        {
+            "name": "train-1",
+            "command": ["python", "train.py"],
+            "env": {"EPOCHS": "3"},
+            "resources": {"cpu": "1500m", "memory": "2Gi", "mig": ["1g.5gb", "2g.10gb"]},
+            "replicas": 3,
+            "priority": 10,
+            "affinity": {"clusters": ["edge-eu"], "node_labels": {"zone": "a"}},
+            "anti_affinity": {"nodes": ["n9"]},
+            "gang": True,
+            "kind": "batch",
+            "sla_latency_s": 30,
+            "timeout_s": 600,
+        }
+    )
+    assert spec.resources.cpu == 1.5 and spec.resources.mig == ["1g.5gb", "2g.10gb"]
+    assert WorkloadSpec.from_stored(spec.to_dict()) == spec
+
+
+def test_the_simplest_spec_gets_defaults():
+    spec = WorkloadSpec.parse({"name": "hello", "command": ["true"]})
+    assert (spec.replicas, spec.priority, spec.kind, spec.gang) == (1, 0, "batch", False)
+    assert spec.resources.cpu == 0.1 and spec.resources.memory == 64 * 2**20
