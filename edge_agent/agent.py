@@ -200,6 +200,7 @@ class Agent:
                 )
                 ack = decode(reply.data, RegisterAckV1)
                 if not ack.accepted:
+                    self.counters["register_refused"] += 1
                     log.error("hub refused registration: %s", ack.reason)
                     raise _RegisterRejected(ack.reason)
                 self.hub_id = ack.hub_id

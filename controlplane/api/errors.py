@@ -31,10 +31,6 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise
         code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status, "http_error")
         return json_error(exc.status, code, exc.reason)
-    except json.JSONDecodeError as exc:
-        return json_error(
-            400, "bad_json", f"request body is not valid JSON: {exc.msg} at char {exc.pos}", "<body>"
-        )
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return json_error(500, "internal", "internal error; see the hub's log")

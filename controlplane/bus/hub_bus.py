@@ -130,6 +130,7 @@ class HubBus:
     async def start(self, *, connect_within_s: float = 30.0) -> None:
         loop = asyncio.get_running_loop()
         self.started_at = loop.time()
+        registered: set[tuple[str, str]] = set()
         for cluster in self.federation.clusters:
             url = self._url_for(cluster.name)
             if url not in self._conns:
@@ -141,7 +142,12 @@ class HubBus:
                 )
             nc = self._conns[url]
             subjects = self.subjects(cluster.name)
-            await nc.subscribe(subjects.agent_wildcard("register"), cb=self._handle_register)
+            # Registrations are taken for every cluster under the prefix, so that an agent of an
+            # unknown cluster gets a refusal with a reason instead of silence.
+            register_all = f"{subjects.prefix}.*.node.*.register"
+            if (url, register_all) not in registered:
+                registered.add((url, register_all))
+                await nc.subscribe(register_all, cb=self._handle_register)
             await nc.subscribe(subjects.agent_wildcard("heartbeat"), cb=self._handle_heartbeat)
             await nc.subscribe(subjects.agent_wildcard("report"), cb=self._handle_report)
         for nc in self._conns.values():
@@ -205,6 +211,11 @@ class HubBus:
         except MessageError as exc:
             self._count_malformed("register", node, exc)
             await self._respond(msg, RegisterAckV1(accepted=False, reason=str(exc), hub_id=self.hub_id))
+            return
+        expected = self.subjects(register.cluster).register(node)
+        if self.federation.cluster(register.cluster) is not None and msg.subject != expected:
+            reason = f"cluster {register.cluster!r} registers on {expected!r}, not {msg.subject!r}"
+            await self._respond(msg, RegisterAckV1(accepted=False, reason=reason, hub_id=self.hub_id))
             return
         try:
             ack = await self._on_register(node, register)

@@ -156,6 +156,7 @@ async def running_agents(
                 memory=config.get("memory", 8 * 2**30),
                 stop_grace_s=2.0,
                 labels=config.get("labels", {}),
+                subject_prefix=config.get("subject_prefix", "edgeplane.v1"),
             )
             agent = Agent(
                 cfg, power=SysfsPowerReader(power_dir), gpus=StaticGpuReader(config.get("gpus", []))

@@ -86,10 +86,16 @@ def test_controlplane_up_runs_hub_nats_and_agents_and_ctrl_c_stops_them_all(tmp_
         assert len(children) == 3, "nats-server and two agents"
         status, created = _post(
             f"{base}/v1/workloads",
-            {"name": "hello", "command": ["sh", "-c", "echo hi"], "resources": {"cpu": 0.5, "memory": "64Mi"}},
+            {
+                "name": "hello",
+                "command": ["sh", "-c", "echo hi"],
+                "resources": {"cpu": 0.5, "memory": "64Mi"},
+            },
         )
         assert status == 201
-        done = _poll(lambda: _get(f"{base}/v1/workloads/{created['id']}")[1], lambda w: w["status"] == "Succeeded")
+        done = _poll(
+            lambda: _get(f"{base}/v1/workloads/{created['id']}")[1], lambda w: w["status"] == "Succeeded"
+        )
         assert done["exit_code"] == 0 and done["node"] in {"edge-1", "edge-2"}
         assert (tmp_path / "data" / "edgeplane.sqlite3").exists()
     finally:
@@ -97,7 +103,9 @@ def test_controlplane_up_runs_hub_nats_and_agents_and_ctrl_c_stops_them_all(tmp_
         code = up.wait(timeout=30)
     assert code == 0
     for child in children:
-        assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+        assert (
+            not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+        )
 
 
 def test_a_bad_federation_file_fails_at_start_naming_file_key_and_reason(tmp_path):

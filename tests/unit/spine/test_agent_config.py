@@ -10,7 +10,9 @@ from edge_agent.config import load_agent_config
 
 def test_flags_override_the_file(tmp_path):
     path = tmp_path / "agent.yaml"
-    path.write_text("name: from-file\ncluster: c1\nheartbeat_interval_s: 5\ncapacity: {cpu: 2, memory: 1Gi}\n")
+    path.write_text(
+        "name: from-file\ncluster: c1\nheartbeat_interval_s: 5\ncapacity: {cpu: 2, memory: 1Gi}\n"
+    )
     config = load_agent_config(str(path), {"name": "from-flag", "cluster": None})
     assert (config.name, config.cluster, config.heartbeat_interval_s) == ("from-flag", "c1", 5.0)
     assert (config.cpu, config.memory) == (2.0, 2**30)

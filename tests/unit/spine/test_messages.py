@@ -28,7 +28,9 @@ def test_a_register_message_survives_a_round_trip():
         cluster="c1",
         boot_id="b",
         agent_version="0.1.0",
-        resources=NodeResources(cpu=4, memory=2**30, gpus=[GpuTelemetry(index=0, name="A100", mig_enabled=True)]),
+        resources=NodeResources(
+            cpu=4, memory=2**30, gpus=[GpuTelemetry(index=0, name="A100", mig_enabled=True)]
+        ),
         heartbeat_interval_s=1.0,
         telemetry=Telemetry(cpu_percent=1.0, memory_used_bytes=1, memory_total_bytes=2, battery_percent=None),
     )
@@ -42,7 +44,11 @@ def test_a_register_message_survives_a_round_trip():
 )
 def test_run_commands_round_trip_for_any_argv_and_env(command, env, cpu):
     message = CommandV1(
-        command_id="c", kind="run", placement_id="p", workload_id="w", spec=RunSpec(command=command, env=env, cpu=cpu)
+        command_id="c",
+        kind="run",
+        placement_id="p",
+        workload_id="w",
+        spec=RunSpec(command=command, env=env, cpu=cpu),
     )
     assert decode(encode(message), CommandV1) == message
 
@@ -54,11 +60,15 @@ def test_run_commands_round_trip_for_any_argv_and_env(command, env, cpu):
         (b"[1]", None, "not a JSON object"),
         (b'{"v": 2, "node": "n"}', "v", "unsupported schema version"),
         (b'{"node": "n"}', "v", "unsupported schema version"),
-        (b'{"v": 1, "node": "n", "boot_id": "b", "seq": "1", "sent_at": 0, "telemetry": {}}', "seq", "integer"),
+        (
+            b'{"v": 1, "node": "n", "boot_id": "b", "seq": "1", "sent_at": 0, "telemetry": {}}',
+            "seq",
+            "integer",
+        ),
         (b'{"v": 1, "node": "n", "boot_id": "b", "seq": 1, "sent_at": 0}', "telemetry", "missing"),
         (
-            b'{"v": 1, "node": "n", "boot_id": "b", "seq": 1, "sent_at": 0, "telemetry": {"cpu_percent": true,'
-            b' "memory_used_bytes": 1, "memory_total_bytes": 1}}',
+            b'{"v": 1, "node": "n", "boot_id": "b", "seq": 1, "sent_at": 0, '
+            b'"telemetry": {"cpu_percent": true, "memory_used_bytes": 1, "memory_total_bytes": 1}}',
             "telemetry.cpu_percent",
             "number",
         ),
