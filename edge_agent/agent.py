@@ -27,9 +27,13 @@ from controlplane.bus.messages import (
     CommandV1,
     HeartbeatV1,
     HubHelloV1,
+    InvokeResultV1,
+    InvokeV1,
     MessageError,
     NodeResources,
     PlacementState,
+    PrewarmAckV1,
+    PrewarmV1,
     RegisterAckV1,
     RegisterV1,
     ReportAckV1,
@@ -42,6 +46,7 @@ from controlplane.bus.messages import (
 from edge_agent import __version__
 from edge_agent.config import AgentConfig
 from edge_agent.executor import ProcessRunner
+from edge_agent.functions.pool import FunctionPool
 from edge_agent.telemetry import (
     GpuReader,
     NvmlGpuReader,
@@ -80,6 +85,12 @@ class Agent:
         self.runner = ProcessRunner(
             work_dir=Path(config.work_dir), on_change=self._on_state_change, stop_grace_s=config.stop_grace_s
         )
+        self.functions = FunctionPool(
+            work_dir=Path(config.work_dir),
+            memory_budget=config.function_memory
+            or (config.memory or self.system.read().memory_total_bytes) // 2,
+            node=config.name,
+        )
         self.outbox: deque[StatusReportV1] = deque()
         self.counters: Counter[str] = Counter()
         self.registered = asyncio.Event()
@@ -102,11 +113,14 @@ class Agent:
         nc = self._nc
         await nc.subscribe(self.subjects.command(self.config.name), cb=self._on_command)
         await nc.subscribe(self.subjects.hub_hello(), cb=self._on_hello)
+        await nc.subscribe(self.subjects.invoke(self.config.name), cb=self._on_invoke)
+        await nc.subscribe(self.subjects.prewarm(self.config.name), cb=self._on_prewarm)
         await nc.flush(timeout=5)
         self._trigger_register()
         self._tasks = [
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
             asyncio.create_task(self._outbox_loop(), name="outbox"),
+            asyncio.create_task(self._eviction_loop(), name="evict"),
         ]
         log.info("agent %s/%s up (boot %s)", self.config.cluster, self.config.name, self.boot_id[:8])
         try:
@@ -136,6 +150,7 @@ class Agent:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         await self.runner.stop_all()
+        await self.functions.close()
         if self._nc is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._nc.close(), timeout=2)
@@ -237,6 +252,7 @@ class Agent:
                     sent_at=time.time(),
                     telemetry=self._telemetry(),
                     running=self.runner.running_ids(),
+                    instances=self.functions.snapshot(),
                 )
                 try:
                     await nc.publish(self.subjects.heartbeat(self.config.name), encode(heartbeat))
@@ -303,6 +319,59 @@ class Agent:
             return
         with contextlib.suppress(Exception):
             await msg.respond(encode(ack))
+
+    # --- functions ------------------------------------------------------------------------
+
+    async def _on_invoke(self, msg: Msg) -> None:
+        try:
+            request = decode(msg.data, InvokeV1)
+        except MessageError as exc:
+            self._malformed("invoke", exc)
+            if msg.reply:
+                error = {"type": "BadRequest", "message": str(exc), "code": "bad_message"}
+                with contextlib.suppress(Exception):
+                    await msg.respond(encode(InvokeResultV1(invocation_id="", ok=False, error=error)))
+            return
+        # Each invocation runs in its own task so that one slow function never blocks the others.
+        task = asyncio.create_task(self._invoke_and_reply(msg, request))
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    async def _invoke_and_reply(self, msg: Msg, request: InvokeV1) -> None:
+        self.counters["invocations"] += 1
+        try:
+            result = await self.functions.invoke(request)
+        except Exception as exc:
+            log.exception("invocation %s failed in the agent", request.invocation_id)
+            error = {"type": type(exc).__name__, "message": str(exc), "code": "agent_error"}
+            result = InvokeResultV1(invocation_id=request.invocation_id, ok=False, error=error)
+        if msg.reply:
+            with contextlib.suppress(Exception):
+                await msg.respond(encode(result))
+
+    async def _on_prewarm(self, msg: Msg) -> None:
+        try:
+            request = decode(msg.data, PrewarmV1)
+        except MessageError as exc:
+            self._malformed("prewarm", exc)
+            return
+        try:
+            started = await self.functions.prewarm(request)
+            ack = PrewarmAckV1(request_id=request.request_id, started=started)
+        except Exception as exc:
+            log.exception("prewarm of %s failed", request.code.name)
+            ack = PrewarmAckV1(request_id=request.request_id, started=0, reason=str(exc))
+        if msg.reply:
+            with contextlib.suppress(Exception):
+                await msg.respond(encode(ack))
+
+    async def _eviction_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            try:
+                await self.functions.evict_expired()
+            except Exception:
+                log.exception("eviction pass failed")
 
     # --- state reports --------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ File keys (all optional except where the CLI does not give them)::
     work_dir: ~/.edgeplane/agent/<name>
     stop_grace_s: 5
     outbox_limit: 10000
+    function_memory: 4Gi       # memory for function instances (default: half the node's)
 
 Errors name the file, the key and the reason.
 """
@@ -53,6 +54,7 @@ class AgentConfig:
     work_dir: str = ""
     stop_grace_s: float = 5.0
     outbox_limit: int = 10000
+    function_memory: int | None = None  # memory for function instances; default half the node's
 
 
 _KEYS = {
@@ -68,6 +70,7 @@ _KEYS = {
     "work_dir",
     "stop_grace_s",
     "outbox_limit",
+    "function_memory",
 }
 
 
@@ -154,6 +157,11 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
         setattr(cfg, key, value)
     if not cfg.work_dir:
         cfg.work_dir = str(Path.home() / ".edgeplane" / "agent" / cfg.name)
+    if data.get("function_memory") is not None:
+        try:
+            cfg.function_memory = parse_memory(data["function_memory"], field_name="function_memory")
+        except ValidationError as exc:
+            raise fail("function_memory", exc.message) from None
     limit = data.get("outbox_limit", cfg.outbox_limit)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise fail("outbox_limit", "must be an integer >= 1")

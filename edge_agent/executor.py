@@ -58,11 +58,11 @@ if sys.platform.startswith("linux"):
 _PR_SET_PDEATHSIG = 1
 
 
-def _limits_preexec(memory_bytes: int) -> Callable[[], None]:
+def _limits_preexec(memory_bytes: int | None) -> Callable[[], None]:
     """Runs in the child between fork and exec: no imports, no allocation-heavy work, no raising."""
 
     def apply() -> None:
-        if _resource is not None:
+        if _resource is not None and memory_bytes is not None:
             try:
                 _resource.setrlimit(_resource.RLIMIT_AS, (memory_bytes, memory_bytes))
             except Exception:

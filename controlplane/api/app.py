@@ -2,65 +2,23 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from aiohttp import web
 
 from controlplane.api.errors import error_middleware
+from controlplane.api.functions import routes as function_routes
+from controlplane.api.keys import HUB
 from controlplane.api.openapi import openapi_document
+from controlplane.api.request import MAX_BODY, choice_query, int_query, json_body, page
 from controlplane.api.views import cluster_json, event_json, node_json, workload_json
-from controlplane.errors import BadRequestError, NotFoundError, ValidationError
+from controlplane.errors import NotFoundError, ValidationError
 from controlplane.hub.service import Hub
 from controlplane.hub.spec import WorkloadSpec
 
 __all__ = ["HUB", "create_app"]
 
-HUB = web.AppKey("hub", Hub)
-MAX_BODY = 1 << 20
 WORKLOAD_STATUSES = ("Pending", "Scheduled", "Running", "Succeeded", "Failed", "Cancelling", "Cancelled")
 
 routes = web.RouteTableDef()
-
-
-def _int_query(request: web.Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationError(f"must be an integer, got {raw!r}", field=name) from None
-    if not low <= value <= high:
-        raise ValidationError(f"must be between {low} and {high}", field=name)
-    return value
-
-
-def _page(request: web.Request) -> tuple[int, int]:
-    return _int_query(request, "limit", 100, 1, 1000), _int_query(request, "offset", 0, 0, 10**9)
-
-
-def _choice(request: web.Request, name: str, choices: tuple[str, ...]) -> str | None:
-    value = request.query.get(name)
-    if value is not None and value not in choices:
-        raise ValidationError(f"must be one of {', '.join(choices)}", field=name)
-    return value
-
-
-async def _json_body(request: web.Request) -> Any:
-    if request.content_length is not None and request.content_length > MAX_BODY:
-        raise ValidationError(f"request body larger than {MAX_BODY} bytes", field="<body>")
-    raw = await request.read()
-    if not raw.strip():
-        raise BadRequestError("request body is empty; send a JSON object", field="<body>")
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise BadRequestError("request body is not UTF-8", field="<body>") from None
-    except json.JSONDecodeError as exc:
-        raise BadRequestError(
-            f"request body is not valid JSON: {exc.msg} at char {exc.pos}", field="<body>"
-        ) from None
 
 
 @routes.get("/healthz")
@@ -103,8 +61,8 @@ def _region(hub: Hub, cluster: str) -> str:
 @routes.get("/v1/nodes")
 async def list_nodes(request: web.Request) -> web.Response:
     hub = request.app[HUB]
-    limit, offset = _page(request)
-    status = _choice(request, "status", ("Ready", "NotReady"))
+    limit, offset = page(request)
+    status = choice_query(request, "status", ("Ready", "NotReady"))
     rows, total = await hub.store.list_nodes(
         cluster=request.query.get("cluster"), status=status, limit=limit, offset=offset
     )
@@ -125,7 +83,7 @@ async def get_node(request: web.Request) -> web.Response:
 @routes.post("/v1/workloads")
 async def create_workload(request: web.Request) -> web.Response:
     hub = request.app[HUB]
-    spec = WorkloadSpec.parse(await _json_body(request))
+    spec = WorkloadSpec.parse(await json_body(request))
     for cluster in spec.affinity.clusters:
         if hub.federation.cluster(cluster) is None:
             raise ValidationError(f"unknown cluster {cluster!r}", field="affinity.clusters")
@@ -141,9 +99,9 @@ async def create_workload(request: web.Request) -> web.Response:
 @routes.get("/v1/workloads")
 async def list_workloads(request: web.Request) -> web.Response:
     hub = request.app[HUB]
-    limit, offset = _page(request)
+    limit, offset = page(request)
     rows, total = await hub.store.list_workloads(
-        status=_choice(request, "status", WORKLOAD_STATUSES),
+        status=choice_query(request, "status", WORKLOAD_STATUSES),
         name=request.query.get("name"),
         node=request.query.get("node"),
         cluster=request.query.get("cluster"),
@@ -209,8 +167,8 @@ async def delete_workload(request: web.Request) -> web.Response:
 @routes.get("/v1/events")
 async def list_events(request: web.Request) -> web.Response:
     hub = request.app[HUB]
-    limit = _int_query(request, "limit", 100, 1, 1000)
-    after = _int_query(request, "after", 0, 0, 2**62)
+    limit = int_query(request, "limit", 100, 1, 1000)
+    after = int_query(request, "after", 0, 0, 2**62)
     rows = await hub.store.list_events(
         after_id=after, kind=request.query.get("kind"), object_id=request.query.get("object_id"), limit=limit
     )
@@ -225,4 +183,5 @@ def create_app(hub: Hub) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY)
     app[HUB] = hub
     app.add_routes(routes)
+    app.add_routes(function_routes)
     return app

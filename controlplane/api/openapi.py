@@ -188,6 +188,58 @@ _SCHEMAS: dict[str, Any] = {
 }
 
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+_VERSION = {"name": "version", "in": "query", "schema": {"type": "integer", "minimum": 1}}
+
+_SCHEMAS["FunctionSpec"] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "pattern": "^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$"},
+        "version": {"type": "integer", "minimum": 1, "description": "omit to get the next version"},
+        "runtime": {"type": "string", "enum": ["python", "command"], "default": "python"},
+        "source": {"type": "string", "description": "Python source defining the handler"},
+        "handler": {"type": "string", "description": "a name in source, or module:function"},
+        "path": {"type": "string", "description": "directory on the agents to import module:function from"},
+        "command": {"type": "array", "items": {"type": "string"}, "description": "runtime command: argv"},
+        "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "memory": {"oneOf": [{"type": "integer"}, {"type": "string", "example": "128Mi"}]},
+        "cpu": {"oneOf": [{"type": "number"}, {"type": "string"}]},
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 900, "default": 30},
+        "max_concurrency": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 1},
+        "gpu": {"type": "integer", "minimum": 0, "maximum": 8},
+        "mig": {"type": "string"},
+        "sla_latency_ms": {"type": "number", "exclusiveMinimum": 0},
+        "affinity": _ref("Affinity"),
+    },
+}
+_SCHEMAS["Function"] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "version": {"type": "integer"},
+        "versions": {"type": "array", "items": {"type": "integer"}},
+        "spec": _ref("FunctionSpec"),
+        "instances": {"type": "array", "items": {"type": "object"}},
+        "stats": {"type": "object"},
+        "policy": {"type": "object"},
+    },
+}
+_SCHEMAS["Invocation"] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "function": {"type": "string"},
+        "version": {"type": "integer"},
+        "status": {"type": "string", "enum": ["Queued", "Running", "Succeeded", "Failed"]},
+        "node": {"type": ["string", "null"]},
+        "cold_start": {"type": ["boolean", "null"]},
+        "result": {},
+        "error": {"type": ["object", "null"]},
+        "timings": {"type": "object"},
+    },
+}
 
 _PATHS: dict[str, Any] = {
     "/healthz": {
@@ -266,6 +318,64 @@ _PATHS: dict[str, Any] = {
             "summary": "Why each replica went where it went (chosen action, alternatives, scores)",
             "parameters": [_ID],
             "responses": {"200": _json({"type": "object"}), "404": _ERROR},
+        }
+    },
+    "/v1/functions": {
+        "post": {
+            "summary": "Register a function version (same content again: 200, no new version)",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("FunctionSpec")}},
+            },
+            "responses": {
+                "201": _json(_ref("Function"), "Created"),
+                "200": _json(_ref("Function"), "This content is already registered"),
+                "400": _ERROR,
+                "409": _ERROR,
+                "422": _ERROR,
+            },
+        },
+        "get": {"summary": "List functions", "responses": {"200": _json(_list_of("Function"))}},
+    },
+    "/v1/functions/{name}": {
+        "get": {
+            "summary": "A function: versions, instances, counts, cold-start rate, latency percentiles",
+            "parameters": [_NAME],
+            "responses": {"200": _json(_ref("Function")), "404": _ERROR},
+        },
+        "delete": {
+            "summary": "Delete a function",
+            "parameters": [_NAME],
+            "responses": {"200": _json({}), "404": _ERROR},
+        },
+    },
+    "/v1/functions/{name}/invoke": {
+        "post": {
+            "summary": "Invoke: the body is the event; the response body is the handler's JSON result",
+            "parameters": [
+                _NAME,
+                _VERSION,
+                {"name": "async", "in": "query", "schema": {"type": "string", "enum": ["1", "true"]}},
+            ],
+            "requestBody": {"content": {"application/json": {"schema": {}}}},
+            "responses": {
+                "200": {
+                    "description": "The handler's result; X-Edgeplane-Cold-Start and timing headers",
+                    "content": {"application/json": {"schema": {}}},
+                },
+                "202": _json({"type": "object"}, "Queued (async=1); poll /v1/invocations/{id}"),
+                "404": _ERROR,
+                "502": _ERROR,
+                "503": _ERROR,
+                "504": _ERROR,
+            },
+        }
+    },
+    "/v1/invocations/{id}": {
+        "get": {
+            "summary": "An asynchronous invocation",
+            "parameters": [_ID],
+            "responses": {"200": _json(_ref("Invocation")), "404": _ERROR},
         }
     },
     "/v1/events": {

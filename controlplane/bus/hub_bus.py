@@ -193,6 +193,17 @@ class HubBus:
             self._count_malformed("command_ack", node, exc)
             return None
 
+    async def request(self, cluster: str, subject: str, payload: bytes, *, deadline_s: float) -> bytes:
+        """A raw request on a cluster's connection.
+
+        Raises NoRespondersError (nobody listens), TimeoutError, or ConnectionError (no connection).
+        """
+        nc = self._conns.get(self._url_for(cluster))
+        if nc is None or not nc.is_connected:
+            raise ConnectionError(f"no NATS connection for cluster {cluster!r}")
+        reply = await nc.request(subject, payload, timeout=deadline_s)
+        return bytes(reply.data)
+
     def _count_malformed(self, kind: str, node: str, exc: Exception) -> None:
         self.malformed[kind] += 1
         log.warning("dropped malformed %s from %s: %s", kind, node or "?", exc)

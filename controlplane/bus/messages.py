@@ -6,6 +6,8 @@ Subjects (``{prefix}`` is the cluster's subject prefix, ``edgeplane.v1`` by defa
     {prefix}.{cluster}.node.{node}.heartbeat   agent -> hub   HeartbeatV1     publish
     {prefix}.{cluster}.node.{node}.report      agent -> hub   StatusReportV1  request/reply (ReportAckV1)
     {prefix}.{cluster}.node.{node}.cmd         hub -> agent   CommandV1       request/reply (CommandAckV1)
+    {prefix}.{cluster}.node.{node}.fn.invoke   hub -> agent   InvokeV1        request/reply (InvokeResultV1)
+    {prefix}.{cluster}.node.{node}.fn.prewarm  hub -> agent   PrewarmV1       request/reply (PrewarmAckV1)
     {prefix}.hub.hello                         hub -> agents  HubHelloV1      publish (agents re-register)
 
 Every message is a JSON object with ``"v": 1``. A decoder rejects unknown versions, missing or
@@ -28,12 +30,18 @@ __all__ = [
     "DEFAULT_PREFIX",
     "CommandAckV1",
     "CommandV1",
+    "FunctionCode",
+    "FunctionInstance",
     "GpuTelemetry",
     "HeartbeatV1",
     "HubHelloV1",
+    "InvokeResultV1",
+    "InvokeV1",
     "MessageError",
     "NodeResources",
     "PlacementState",
+    "PrewarmAckV1",
+    "PrewarmV1",
     "RegisterAckV1",
     "RegisterV1",
     "ReportAckV1",
@@ -93,13 +101,21 @@ class Subjects:
         """What the hub subscribes to for one kind of agent message in this cluster."""
         return f"{self.prefix}.{self.cluster}.node.*.{kind}"
 
+    def invoke(self, node: str) -> str:
+        return self.node(node, "fn.invoke")
+
+    def prewarm(self, node: str) -> str:
+        return self.node(node, "fn.prewarm")
+
     def hub_hello(self) -> str:
         return f"{self.prefix}.hub.hello"
 
     @staticmethod
-    def node_from_subject(subject: str) -> str:
+    def node_from_subject(subject: str, kind_tokens: int = 1) -> str:
+        """The node token of ``...node.{node}.{kind}`` where kind has ``kind_tokens`` tokens."""
         parts = subject.split(".")
-        return parts[-2] if len(parts) >= 3 else ""
+        index = len(parts) - 1 - kind_tokens
+        return parts[index] if index >= 1 and parts[index - 1] == "node" else ""
 
 
 # --- payload pieces -------------------------------------------------------------------------
@@ -166,6 +182,41 @@ class RunSpec:
     timeout_s: float | None = None
 
 
+@dataclass(slots=True)
+class FunctionCode:
+    """One immutable version of a function, as an agent needs it to start instances."""
+
+    name: str
+    version: int
+    runtime: str  # python | command
+    handler: str = ""
+    source: str = ""
+    path: str = ""
+    command: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    memory: int = 128 * 2**20
+    cpu: float = 0.1
+    timeout_s: float = 30.0
+    max_concurrency: int = 1
+
+
+@dataclass(slots=True)
+class FunctionInstance:
+    """An agent's report of one function instance (a long-lived worker process)."""
+
+    instance_id: str
+    function: str
+    version: int
+    state: str  # starting | idle | busy
+    in_flight: int = 0
+    max_concurrency: int = 1
+    memory: int = 0
+    started_at: float = 0.0
+    last_used_at: float = 0.0
+    cold_start_ms: float = 0.0
+    keep_alive_s: float = 600.0
+
+
 # --- messages -------------------------------------------------------------------------------
 
 
@@ -203,6 +254,7 @@ class HeartbeatV1:
     sent_at: float
     telemetry: Telemetry
     running: list[str] = field(default_factory=list)  # placement ids running now
+    instances: list[FunctionInstance] = field(default_factory=list)
     v: int = SCHEMA_VERSION
 
 
@@ -240,6 +292,56 @@ class StatusReportV1:
 class ReportAckV1:
     TYPE: ClassVar[str] = "report_ack"
     report_id: str
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class InvokeV1:
+    """Run one invocation; the agent uses a warm instance or starts one (a cold start)."""
+
+    TYPE: ClassVar[str] = "invoke"
+    invocation_id: str
+    code: FunctionCode
+    event: Any = None
+    keep_alive_s: float = 600.0
+    allow_cold: bool = True  # False: wait for a busy instance rather than start one
+    sent_at: float = 0.0
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class InvokeResultV1:
+    TYPE: ClassVar[str] = "invoke_result"
+    invocation_id: str
+    ok: bool
+    result: Any = None
+    error: dict[str, Any] | None = None  # {"type", "message", "traceback"?, "code"}
+    cold_start: bool = False
+    cold_start_ms: float = 0.0
+    queue_ms: float = 0.0
+    exec_ms: float = 0.0
+    instance_id: str = ""
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class PrewarmV1:
+    """Start ``count`` idle instances ahead of predicted arrivals (no-op if already warm)."""
+
+    TYPE: ClassVar[str] = "prewarm"
+    request_id: str
+    code: FunctionCode
+    count: int = 1
+    keep_alive_s: float = 600.0
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class PrewarmAckV1:
+    TYPE: ClassVar[str] = "prewarm_ack"
+    request_id: str
+    started: int
+    reason: str = ""
     v: int = SCHEMA_VERSION
 
 

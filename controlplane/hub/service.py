@@ -60,6 +60,7 @@ class HubSettings:
     reconcile_interval_s: float = 0.5
     command_timeout_s: float = 2.0
     nats_connect_within_s: float = 30.0
+    function_policy: str = "edgeplane"
     hub_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 
@@ -123,11 +124,15 @@ class Hub:
         self._background: set[asyncio.Task[Any]] = set()
         self._last_hello = 0.0
         self.started = False
+        from controlplane.serverless.service import FunctionService, ServerlessSettings
+
+        self.functions = FunctionService(self, ServerlessSettings(policy=settings.function_policy))
 
     # --- start / stop ---------------------------------------------------------------------
 
     async def start(self) -> None:
         await self._load_state()
+        await self.functions.start()
         await self.bus.start(connect_within_s=self.settings.nats_connect_within_s)
         self._task = asyncio.create_task(self._run(), name="hub-reconcile")
         self.started = True
@@ -143,6 +148,7 @@ class Hub:
             self._task = None
         for task in list(self._background):
             task.cancel()
+        await self.functions.stop()
         await self.bus.close()
         async with self._lock:
             await self._flush_nodes()
@@ -304,6 +310,8 @@ class Hub:
                 last_heartbeat_at=now,
             )
             self.placer.upsert_node(self._placement_node(row))
+            if previous_boot != msg.boot_id:
+                self.functions.node_lost(node_name)
             await self._refresh_clusters(s)
             await self._reconcile_agent_placements(
                 s, node_name, msg.placements, agent_restarted=previous_boot not in (None, msg.boot_id)
@@ -349,6 +357,7 @@ class Hub:
         live.power_source = msg.telemetry.power_source
         live.battery_percent = msg.telemetry.battery_percent
         live.dirty = True
+        self.functions.update_instances(node_name, msg.instances)
         if live.status != "Ready":
             async with self._lock, self.store.session() as s:
                 await self._set_node_status(s, live, "Ready", "heartbeats resumed")
@@ -555,6 +564,13 @@ class Hub:
             self._request_stops(active, "cancelled by user")
             await self._refresh_workload(s, workload_id)
 
+    def node_capacity(self, node: str) -> dict[str, Any]:
+        """What a node offers (cpu, memory, gpus, dpu), as the placer knows it."""
+        known = getattr(self.placer, "nodes", {}).get(node)
+        if known is None:
+            return {}
+        return {"cpu": known.cpu, "memory": known.memory, "gpus": known.gpus, "dpu": known.dpu}
+
     def allocated(self, node: str) -> dict[str, Any]:
         usage = getattr(self.placer, "usage", {}).get(node)
         if usage is None:
@@ -574,6 +590,8 @@ class Hub:
 
     async def _set_node_status(self, s: AsyncSession, live: NodeLive, status: str, why: str) -> None:
         live.status = status
+        if status != "Ready":
+            self.functions.node_lost(live.name)
         row = await s.get(NodeRow, live.name)
         if row is not None:
             row.status = status

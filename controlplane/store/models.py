@@ -11,7 +11,16 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "ClusterRow", "EventRow", "NodeRow", "PlacementRow", "WorkloadRow"]
+__all__ = [
+    "Base",
+    "ClusterRow",
+    "EventRow",
+    "FunctionRow",
+    "InvocationRow",
+    "NodeRow",
+    "PlacementRow",
+    "WorkloadRow",
+]
 
 
 class Base(DeclarativeBase):
@@ -103,3 +112,34 @@ class EventRow(Base):
     object_id: Mapped[str] = mapped_column(String(63), index=True)
     message: Mapped[str] = mapped_column(Text, default="")
     data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class FunctionRow(Base):
+    """One immutable version of a serverless function."""
+
+    __tablename__ = "functions"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
+    deleted: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class InvocationRow(Base):
+    """An asynchronous invocation (``?async=1``): queued, then its result."""
+
+    __tablename__ = "invocations"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    function: Mapped[str] = mapped_column(String(63), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default="Queued")  # Queued | Running | Succeeded | Failed
+    node: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    cold_start: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    event: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    result: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    error: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    timings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)

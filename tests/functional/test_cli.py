@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from controlplane.natsd import free_port
+from controlplane.store.db import head_revision
 
 
 def _get(url: str) -> tuple[int, dict]:
@@ -143,4 +144,4 @@ def test_controlplane_migrate_creates_the_schema(tmp_path):
         env={**os.environ, "EDGEPLANE_DATABASE_URL": ""},
     )
     assert result.returncode == 0, result.stderr
-    assert "schema: <empty> -> 0001" in result.stdout
+    assert f"schema: <empty> -> {head_revision()}" in result.stdout

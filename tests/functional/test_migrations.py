@@ -8,7 +8,7 @@ from sqlalchemy import inspect
 from controlplane.store.db import create_engine, current_revision, downgrade, head_revision, migrate
 from controlplane.store.models import Base
 
-TABLES = {"clusters", "nodes", "workloads", "placements", "events"}
+TABLES = {"clusters", "nodes", "workloads", "placements", "events", "functions", "invocations"}
 
 
 async def _tables(engine) -> set[str]:

@@ -1,0 +1,137 @@
+"""Serverless routes: register, inspect and invoke functions; poll asynchronous invocations."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from controlplane.api.keys import HUB
+from controlplane.api.request import int_query, json_body
+from controlplane.api.views import iso
+from controlplane.errors import NotFoundError, ValidationError
+from controlplane.serverless.service import InvocationOutcome
+from controlplane.serverless.spec import FunctionSpec
+from controlplane.store.models import InvocationRow
+
+__all__ = ["routes"]
+
+routes = web.RouteTableDef()
+
+# HTTP status of an invocation that failed, by error code: user code and instances -> 502,
+# nothing could run it -> 503, out of time -> 504.
+_ERROR_STATUS = {"no_capacity": 503, "capacity": 503, "unavailable": 503, "timeout": 504}
+
+
+def _version_query(request: web.Request) -> int | None:
+    if "version" not in request.query:
+        return None
+    return int_query(request, "version", 0, 1, 10**9)
+
+
+@routes.post("/v1/functions")
+async def register_function(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    spec = FunctionSpec.parse(await json_body(request))
+    for cluster in spec.affinity.clusters:
+        if hub.federation.cluster(cluster) is None:
+            raise ValidationError(f"unknown cluster {cluster!r}", field="affinity.clusters")
+    stored, created = await hub.functions.register(spec)
+    return web.json_response(hub.functions.function_json(stored.name), status=201 if created else 200)
+
+
+@routes.get("/v1/functions")
+async def list_functions(request: web.Request) -> web.Response:
+    functions = request.app[HUB].functions
+    items = [functions.function_json(name) for name in sorted(functions.specs)]
+    return web.json_response({"items": items, "total": len(items)})
+
+
+@routes.get("/v1/functions/{name}")
+async def get_function(request: web.Request) -> web.Response:
+    return web.json_response(request.app[HUB].functions.function_json(request.match_info["name"]))
+
+
+@routes.delete("/v1/functions/{name}")
+async def delete_function(request: web.Request) -> web.Response:
+    await request.app[HUB].functions.delete(request.match_info["name"])
+    return web.json_response({"name": request.match_info["name"], "deleted": True})
+
+
+async def _event(request: web.Request) -> Any:
+    raw = await request.read()
+    if not raw.strip():
+        return None
+    return await json_body(request)
+
+
+def _headers(outcome: InvocationOutcome) -> dict[str, str]:
+    timings = outcome.timings()
+    return {
+        "X-Edgeplane-Invocation-Id": outcome.invocation_id,
+        "X-Edgeplane-Cold-Start": "true" if outcome.cold_start else "false",
+        "X-Edgeplane-Queue-Ms": f"{timings['queue_ms']:.3f}",
+        "X-Edgeplane-Cold-Start-Ms": f"{timings['cold_start_ms']:.3f}",
+        "X-Edgeplane-Exec-Ms": f"{timings['exec_ms']:.3f}",
+        "X-Edgeplane-Total-Ms": f"{timings['total_ms']:.3f}",
+        "X-Edgeplane-Node": outcome.node or "",
+        "X-Edgeplane-Version": str(outcome.version),
+    }
+
+
+@routes.post("/v1/functions/{name}/invoke")
+async def invoke_function(request: web.Request) -> web.Response:
+    functions = request.app[HUB].functions
+    name = request.match_info["name"]
+    version = _version_query(request)
+    functions.resolve(name, version)
+    event = await _event(request)
+    if request.query.get("async") in ("1", "true"):
+        invocation_id = await functions.invoke_async(name, event, version=version)
+        return web.json_response(
+            {"invocation_id": invocation_id, "status": "Queued", "poll": f"/v1/invocations/{invocation_id}"},
+            status=202,
+        )
+    outcome = await functions.invoke(name, event, version=version)
+    headers = _headers(outcome)
+    if outcome.ok:
+        try:
+            body = json.dumps(outcome.result)
+        except (TypeError, ValueError):
+            body = json.dumps(str(outcome.result))
+        return web.Response(text=body, content_type="application/json", headers=headers)
+    error = dict(outcome.error or {})
+    code = str(error.pop("code", "function_error"))
+    status = _ERROR_STATUS.get(code, 502)
+    body_error = {"code": code, "message": error.pop("message", ""), "field": None, **error}
+    return web.json_response(
+        {"error": body_error, "invocation_id": outcome.invocation_id}, status=status, headers=headers
+    )
+
+
+@routes.get("/v1/invocations/{id}")
+async def get_invocation(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    invocation_id = request.match_info["id"]
+    async with hub.store.session() as s:
+        row = await s.get(InvocationRow, invocation_id)
+    if row is None:
+        raise NotFoundError(f"invocation {invocation_id!r} not found", field="id")
+    return web.json_response(_invocation_json(row))
+
+
+def _invocation_json(row: InvocationRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "function": row.function,
+        "version": row.version,
+        "status": row.status,
+        "node": row.node,
+        "cold_start": row.cold_start,
+        "result": row.result.get("value") if row.result else None,
+        "error": row.error or None,
+        "timings": row.timings,
+        "created_at": iso(row.created_at),
+        "finished_at": iso(row.finished_at),
+    }

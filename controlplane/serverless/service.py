@@ -1,0 +1,595 @@
+"""The hub's serverless side: function registry, cold-start-aware invocation, keep-alive and pre-warm.
+
+* Registry: versions are immutable; registering the same content again is a no-op, new content
+  without a version gets the next number and becomes the one invocations use (a roll-out: agents
+  drain the older version's instances).
+* Invocation: the router (:mod:`controlplane.serverless.router`) picks a node and whether to use a
+  warm instance, wait for a busy one or cold-start, from the instances agents report in their
+  heartbeats plus what the hub dispatched since. An agent that has no subscriber (it is gone) is
+  skipped and the invocation tried once elsewhere; an agent that dies mid-invocation ends it with
+  ``agent_lost`` (not retried: it may have had effects). Every request has a deadline.
+* Keep-alive and pre-warm: a :class:`~controlplane.serverless.keepalive.Policy` (``edgeplane`` by
+  default: hybrid histogram + call-graph pre-warm + burst pool) sets each instance's keep-alive
+  (shorter on battery-powered nodes) and, when it predicts the next arrival is far, lets the
+  instance go and pre-warms one shortly before that arrival.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+from sqlalchemy import select
+
+from controlplane.bus.messages import (
+    FunctionCode,
+    FunctionInstance,
+    InvokeResultV1,
+    InvokeV1,
+    MessageError,
+    PrewarmAckV1,
+    PrewarmV1,
+    decode,
+    encode,
+)
+from controlplane.errors import ConflictError, NotFoundError
+from controlplane.serverless.estimates import Estimates, FunctionStats
+from controlplane.serverless.keepalive import Policy, make_policy
+from controlplane.serverless.router import EnergyWeights, NodeOption, Route, route
+from controlplane.serverless.spec import FunctionSpec
+from controlplane.store.models import FunctionRow, InvocationRow
+from controlplane.store.store import Store
+
+if TYPE_CHECKING:
+    from controlplane.hub.service import Hub
+
+__all__ = ["FunctionService", "InvocationOutcome", "ServerlessSettings"]
+
+log = logging.getLogger("edgeplane.hub.functions")
+
+# Time allowed on top of a function's timeout for a cold start and the network.
+COLD_START_BUDGET_S = 30.0
+
+
+@dataclass(slots=True)
+class ServerlessSettings:
+    policy: str = "edgeplane"
+    energy: EnergyWeights = field(default_factory=EnergyWeights)
+    battery_keep_alive_factor: float = 0.5  # battery nodes keep idle instances this fraction as long
+    max_keep_alive_s: float = 4 * 3600.0
+
+
+@dataclass(slots=True)
+class InvocationOutcome:
+    invocation_id: str
+    function: str
+    version: int
+    node: str | None
+    ok: bool
+    result: Any = None
+    error: dict[str, Any] | None = None
+    cold_start: bool = False
+    cold_start_ms: float = 0.0
+    queue_ms: float = 0.0
+    exec_ms: float = 0.0
+    total_ms: float = 0.0
+    mode: str = ""
+
+    def timings(self) -> dict[str, float]:
+        return {
+            "queue_ms": round(self.queue_ms, 3),
+            "cold_start_ms": round(self.cold_start_ms, 3),
+            "exec_ms": round(self.exec_ms, 3),
+            "total_ms": round(self.total_ms, 3),
+        }
+
+
+class FunctionService:
+    """Serverless functions for one hub; created and started by the hub."""
+
+    def __init__(self, hub: Hub, settings: ServerlessSettings | None = None) -> None:
+        self.hub = hub
+        self.settings = settings or ServerlessSettings()
+        self.policy: Policy = make_policy(self.settings.policy)
+        self.estimates = Estimates()
+        self.specs: dict[str, dict[int, FunctionSpec]] = {}
+        self.stats: dict[str, FunctionStats] = {}
+        self.instances: dict[str, dict[str, FunctionInstance]] = {}  # node -> instance id -> instance
+        self.in_flight: Counter[tuple[str, str, int]] = Counter()  # (node, function, version)
+        self._node_lost: dict[str, asyncio.Event] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.counters: Counter[str] = Counter()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        async with self.hub.store.session() as s:
+            for row in await s.scalars(select(FunctionRow).where(FunctionRow.deleted.is_(False))):
+                self.specs.setdefault(row.name, {})[row.version] = FunctionSpec.from_stored(row.spec)
+            # Async invocations cut short by a hub restart: queued ones run again, running ones failed.
+            for invocation in await s.scalars(
+                select(InvocationRow).where(InvocationRow.status.in_(("Queued", "Running")))
+            ):
+                if invocation.status == "Running":
+                    invocation.status = "Failed"
+                    invocation.error = {
+                        "code": "hub_restarted",
+                        "message": "the hub restarted during the invocation",
+                    }
+                    invocation.finished_at = time.time()
+                else:
+                    event = invocation.event.get("value")
+                    self._spawn(
+                        self._run_async(invocation.id, invocation.function, invocation.version, event)
+                    )
+
+    async def stop(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # --- what agents tell us --------------------------------------------------------------
+
+    def update_instances(self, node: str, instances: list[FunctionInstance]) -> None:
+        self.instances[node] = {i.instance_id: i for i in instances}
+
+    def node_lost(self, node: str) -> None:
+        self.instances.pop(node, None)
+        event = self._node_lost.pop(node, None)
+        if event is not None:
+            event.set()
+
+    # --- registry -------------------------------------------------------------------------
+
+    async def register(self, spec: FunctionSpec) -> tuple[FunctionSpec, bool]:
+        """Store a version; returns (the stored spec, created). Same content again is not a new version."""
+        versions = self.specs.setdefault(spec.name, {})
+        if spec.version is not None and spec.version in versions:
+            existing = versions[spec.version]
+            if existing.content() != spec.content():
+                raise ConflictError(
+                    f"version {spec.version} of {spec.name!r} exists with other content", field="version"
+                )
+            return existing, False
+        if spec.version is None:
+            latest = versions[max(versions)] if versions else None
+            if latest is not None and latest.content() == spec.content():
+                return latest, False
+            spec.version = max(versions, default=0) + 1
+        async with self.hub.store.session() as s:
+            s.add(
+                FunctionRow(name=spec.name, version=spec.version, spec=spec.to_dict(), created_at=time.time())
+            )
+            Store.add_event(s, "FunctionVersionCreated", "function", spec.name, f"version {spec.version}")
+        versions[spec.version] = spec
+        return spec, True
+
+    def resolve(self, name: str, version: int | None = None) -> FunctionSpec:
+        versions = self.specs.get(name)
+        if not versions:
+            raise NotFoundError(f"function {name!r} not found", field="name")
+        if version is None:
+            return versions[max(versions)]
+        if version not in versions:
+            raise NotFoundError(f"function {name!r} has no version {version}", field="version")
+        return versions[version]
+
+    async def delete(self, name: str) -> None:
+        self.resolve(name)
+        async with self.hub.store.session() as s:
+            for row in await s.scalars(select(FunctionRow).where(FunctionRow.name == name)):
+                row.deleted = True
+            Store.add_event(s, "FunctionDeleted", "function", name)
+        del self.specs[name]
+
+    @staticmethod
+    def code_of(spec: FunctionSpec) -> FunctionCode:
+        assert spec.version is not None
+        return FunctionCode(
+            name=spec.name,
+            version=spec.version,
+            runtime=spec.runtime,
+            handler=spec.handler,
+            source=spec.source,
+            path=spec.path,
+            command=list(spec.command),
+            env=dict(spec.env),
+            memory=spec.memory,
+            cpu=spec.cpu,
+            timeout_s=spec.timeout_s,
+            max_concurrency=spec.max_concurrency,
+        )
+
+    # --- routing --------------------------------------------------------------------------
+
+    def _options(self, spec: FunctionSpec, exclude: set[str]) -> list[NodeOption]:
+        options = []
+        for name, live in self.hub.nodes.items():
+            if live.status != "Ready" or name in exclude:
+                continue
+            if not self._allowed(spec, name, live.cluster):
+                continue
+            capacity = self.hub.node_capacity(name)
+            if capacity.get("memory", 0) < spec.memory:
+                continue
+            if spec.gpu and capacity.get("gpus", 0) < spec.gpu:
+                continue
+            mine = [
+                i
+                for i in self.instances.get(name, {}).values()
+                if (i.function, i.version) == (spec.name, spec.version)
+            ]
+            assert spec.version is not None
+            dispatched = self.in_flight[(name, spec.name, spec.version)]
+            slots = sum(i.max_concurrency for i in mine if i.state != "starting")
+            reported_busy = sum(i.in_flight for i in mine)
+            free = max(0, slots - max(reported_busy, dispatched))
+            options.append(
+                NodeOption(
+                    node=name,
+                    warm_free=free,
+                    busy_instances=len(mine) if free == 0 else 0,
+                    can_start=True,
+                    net_ms=self.estimates.net_ms(name),
+                    cold_ms=self.estimates.cold_ms(spec.name, name),
+                    in_flight=sum(n for (node, _, _), n in self.in_flight.items() if node == name),
+                    power_source=live.power_source,
+                    battery_percent=live.battery_percent,
+                )
+            )
+        return options
+
+    def _allowed(self, spec: FunctionSpec, node: str, cluster: str) -> bool:
+        affinity = spec.affinity
+        if affinity.nodes and node not in affinity.nodes:
+            return False
+        if affinity.clusters and cluster not in affinity.clusters:
+            return False
+        if affinity.regions:
+            config = self.hub.federation.cluster(cluster)
+            if config is None or config.region not in affinity.regions:
+                return False
+        return True
+
+    def _keep_alive(self, spec: FunctionSpec, node: str, now: float) -> tuple[float, float]:
+        """(keep-alive to send with this invocation, pre-warm delay after it ends or 0)."""
+        window = self.policy.keepalive.release_window(
+            spec.name, now + self.estimates.exec_ms(spec.name) / 1000
+        )
+        keep = min(window.keep_alive_s, self.settings.max_keep_alive_s)
+        live = self.hub.nodes.get(node)
+        if live is not None and live.power_source == "battery":
+            keep *= self.settings.battery_keep_alive_factor
+        if window.prewarm_s > 0:
+            return 0.0, window.prewarm_s
+        return keep, 0.0
+
+    # --- invocation -----------------------------------------------------------------------
+
+    async def invoke(
+        self, name: str, event: Any, *, version: int | None = None, invocation_id: str | None = None
+    ) -> InvocationOutcome:
+        spec = self.resolve(name, version)
+        assert spec.version is not None
+        invocation_id = invocation_id or uuid.uuid4().hex
+        begin = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        concurrency = 1 + sum(n for (_, fn, _), n in self.in_flight.items() if fn == name)
+        successors = self.policy.observe_invocation(
+            name, now, self.estimates.exec_ms(name) / 1000, concurrency=concurrency
+        )
+        for successor in successors:
+            if successor in self.specs and successor != name:
+                self._spawn(self.prewarm(successor, reason="call graph"))
+        tried: set[str] = set()
+        outcome: InvocationOutcome | None = None
+        for _attempt in range(3):
+            decision = route(
+                self._options(spec, tried), exec_ms=self.estimates.exec_ms(name), weights=self.settings.energy
+            )
+            if decision is None:
+                break
+            tried.add(decision.node)
+            outcome = await self._dispatch(spec, decision, event, invocation_id, begin, now)
+            if outcome is not None:
+                break
+        if outcome is None:
+            outcome = InvocationOutcome(
+                invocation_id=invocation_id,
+                function=name,
+                version=spec.version,
+                node=None,
+                ok=False,
+                error={
+                    "code": "no_capacity",
+                    "type": "NoCapacity",
+                    "message": "no Ready node can run this function"
+                    + (f" (tried {sorted(tried)})" if tried else ""),
+                },
+                total_ms=(time.perf_counter() - begin) * 1000,
+            )
+        self._record(spec, outcome)
+        return outcome
+
+    async def _dispatch(
+        self, spec: FunctionSpec, decision: Route, event: Any, invocation_id: str, begin: float, now: float
+    ) -> InvocationOutcome | None:
+        """Send to one node; None when that node had no agent listening (safe to try elsewhere)."""
+        assert spec.version is not None
+        node = decision.node
+        live = self.hub.nodes[node]
+        keep_alive, prewarm_after = self._keep_alive(spec, node, now)
+        request = InvokeV1(
+            invocation_id=invocation_id,
+            code=self.code_of(spec),
+            event=event,
+            keep_alive_s=keep_alive,
+            allow_cold=decision.allow_cold,
+            sent_at=time.time(),
+        )
+        key = (node, spec.name, spec.version)
+        self.in_flight[key] += 1
+        lost = self._node_lost.setdefault(node, asyncio.Event())
+        sent = time.perf_counter()
+        outcome = InvocationOutcome(
+            invocation_id=invocation_id,
+            function=spec.name,
+            version=spec.version,
+            node=node,
+            ok=False,
+            mode=decision.mode,
+        )
+        try:
+            subject = self.hub.bus.subjects(live.cluster).invoke(node)
+            request_task = asyncio.ensure_future(
+                self.hub.bus.request(
+                    live.cluster, subject, encode(request), deadline_s=spec.timeout_s + COLD_START_BUDGET_S
+                )
+            )
+            lost_task = asyncio.ensure_future(lost.wait())
+            done, _ = await asyncio.wait({request_task, lost_task}, return_when=asyncio.FIRST_COMPLETED)
+            lost_task.cancel()
+            if request_task not in done:
+                request_task.cancel()
+                outcome.error = {
+                    "code": "agent_lost",
+                    "type": "AgentLost",
+                    "message": f"node {node} stopped answering during the invocation",
+                }
+            else:
+                try:
+                    data = request_task.result()
+                except NoRespondersError:
+                    self.counters["no_responders"] += 1
+                    return None
+                except (TimeoutError, NatsTimeoutError):
+                    outcome.error = {
+                        "code": "timeout",
+                        "type": "Timeout",
+                        "message": f"no answer from {node} within {spec.timeout_s + COLD_START_BUDGET_S:g}s",
+                    }
+                except ConnectionError as exc:
+                    outcome.error = {"code": "unavailable", "type": "Unavailable", "message": str(exc)}
+                else:
+                    self._apply_result(outcome, data, sent, spec, node)
+        finally:
+            self.in_flight[key] -= 1
+            if self.in_flight[key] <= 0:
+                del self.in_flight[key]
+        outcome.total_ms = (time.perf_counter() - begin) * 1000
+        routing_ms = (sent - begin) * 1000
+        outcome.queue_ms += routing_ms
+        if outcome.ok and prewarm_after > 0:
+            self._schedule_prewarm(spec.name, prewarm_after)
+        return outcome
+
+    def _apply_result(
+        self, outcome: InvocationOutcome, data: bytes, sent: float, spec: FunctionSpec, node: str
+    ) -> None:
+        try:
+            result = decode(data, InvokeResultV1)
+        except MessageError as exc:
+            self.hub.bus.malformed["invoke_result"] += 1
+            outcome.error = {"code": "bad_reply", "type": "BadReply", "message": str(exc)}
+            return
+        round_trip = (time.perf_counter() - sent) * 1000
+        outcome.ok = result.ok
+        outcome.result = result.result
+        outcome.error = result.error
+        outcome.cold_start = result.cold_start
+        outcome.cold_start_ms = result.cold_start_ms
+        outcome.queue_ms = result.queue_ms
+        outcome.exec_ms = result.exec_ms
+        agent_ms = result.cold_start_ms + result.queue_ms + result.exec_ms
+        if result.error is None or result.error.get("code") == "function_error":
+            self.estimates.observe(
+                spec.name,
+                node,
+                exec_ms=result.exec_ms,
+                cold_ms=result.cold_start_ms if result.cold_start else None,
+                overhead_ms=round_trip - agent_ms,
+            )
+        if result.instance_id and result.ok:
+            assert spec.version is not None
+            known = self.instances.setdefault(node, {})
+            instance = known.get(result.instance_id)
+            if instance is None:
+                known[result.instance_id] = FunctionInstance(
+                    instance_id=result.instance_id,
+                    function=spec.name,
+                    version=spec.version,
+                    state="idle",
+                    max_concurrency=spec.max_concurrency,
+                    memory=spec.memory,
+                    started_at=time.time(),
+                    last_used_at=time.time(),
+                    cold_start_ms=result.cold_start_ms,
+                )
+            else:
+                # It just served this invocation, so it is past starting whatever the last heartbeat said.
+                instance.last_used_at = time.time()
+                if instance.state == "starting":
+                    instance.state = "idle"
+
+    def _record(self, spec: FunctionSpec, outcome: InvocationOutcome) -> None:
+        stats = self.stats.setdefault(spec.name, FunctionStats())
+        code = (outcome.error or {}).get("code")
+        stats.record(
+            outcome.node or "-",
+            cold=outcome.cold_start,
+            latency_ms=outcome.total_ms,
+            cold_ms=outcome.cold_start_ms,
+            ok=outcome.ok,
+            timeout=code == "timeout",
+        )
+
+    # --- pre-warm -------------------------------------------------------------------------
+
+    def _schedule_prewarm(self, name: str, delay_s: float) -> None:
+        previous = self._timers.pop(name, None)
+        if previous is not None:
+            previous.cancel()
+        loop = asyncio.get_running_loop()
+        self._timers[name] = loop.call_later(
+            delay_s, lambda: self._spawn(self.prewarm(name, reason="predicted arrival"))
+        )
+
+    async def prewarm(self, name: str, *, count: int = 1, reason: str = "") -> PrewarmAckV1 | None:
+        """Have ``count`` instances of the latest version warm on the best node for a cold start."""
+        self._timers.pop(name, None)
+        try:
+            spec = self.resolve(name)
+        except NotFoundError:
+            return None
+        options = self._options(spec, set())
+        decision = route(options, exec_ms=self.estimates.exec_ms(name), weights=self.settings.energy)
+        if decision is None:
+            return None
+        node = decision.node
+        live = self.hub.nodes[node]
+        window = self.policy.keepalive.release_window(name, asyncio.get_running_loop().time())
+        keep = min(window.keep_alive_s or self.settings.max_keep_alive_s, self.settings.max_keep_alive_s)
+        if live.power_source == "battery":
+            keep *= self.settings.battery_keep_alive_factor
+        request = PrewarmV1(
+            request_id=uuid.uuid4().hex, code=self.code_of(spec), count=count, keep_alive_s=keep
+        )
+        try:
+            data = await self.hub.bus.request(
+                live.cluster,
+                self.hub.bus.subjects(live.cluster).prewarm(node),
+                encode(request),
+                deadline_s=5.0,
+            )
+            ack = decode(data, PrewarmAckV1)
+        except Exception as exc:
+            log.info("pre-warm of %s on %s failed: %s", name, node, exc)
+            return None
+        self.counters["prewarms"] += ack.started
+        log.debug("pre-warmed %s on %s (%s): %d started", name, node, reason, ack.started)
+        return ack
+
+    # --- asynchronous invocations ---------------------------------------------------------
+
+    async def invoke_async(self, name: str, event: Any, *, version: int | None = None) -> str:
+        spec = self.resolve(name, version)
+        assert spec.version is not None
+        invocation_id = uuid.uuid4().hex
+        async with self.hub.store.session() as s:
+            s.add(
+                InvocationRow(
+                    id=invocation_id,
+                    function=name,
+                    version=spec.version,
+                    status="Queued",
+                    event={"value": event},
+                    created_at=time.time(),
+                )
+            )
+        self._spawn(self._run_async(invocation_id, name, spec.version, event))
+        return invocation_id
+
+    async def _run_async(self, invocation_id: str, name: str, version: int, event: Any) -> None:
+        async with self.hub.store.session() as s:
+            row = await s.get(InvocationRow, invocation_id)
+            if row is None:
+                return
+            row.status = "Running"
+        try:
+            outcome = await self.invoke(name, event, version=version, invocation_id=invocation_id)
+        except NotFoundError as exc:
+            outcome = InvocationOutcome(
+                invocation_id,
+                name,
+                version,
+                None,
+                ok=False,
+                error={"code": "not_found", "message": exc.message},
+            )
+        async with self.hub.store.session() as s:
+            row = await s.get(InvocationRow, invocation_id)
+            if row is None:
+                return
+            row.status = "Succeeded" if outcome.ok else "Failed"
+            row.node = outcome.node
+            row.cold_start = outcome.cold_start
+            row.result = {"value": outcome.result}
+            row.error = outcome.error or {}
+            row.timings = outcome.timings()
+            row.finished_at = time.time()
+
+    # --- views for the API ----------------------------------------------------------------
+
+    def function_json(self, name: str) -> dict[str, Any]:
+        spec = self.resolve(name)
+        now = time.time()
+        instances = [
+            {
+                "node": node,
+                "instance_id": i.instance_id,
+                "version": i.version,
+                "state": i.state,
+                "in_flight": i.in_flight,
+                "age_s": round(now - i.started_at, 3) if i.started_at else None,
+                "idle_s": round(now - i.last_used_at, 3) if i.state == "idle" and i.last_used_at else None,
+                "keep_alive_s": i.keep_alive_s,
+                "cold_start_ms": round(i.cold_start_ms, 3),
+            }
+            for node, known in sorted(self.instances.items())
+            for i in known.values()
+            if i.function == name
+        ]
+        window = self.policy.keepalive.release_window(name, asyncio.get_running_loop().time())
+        return {
+            "name": name,
+            "version": spec.version,
+            "versions": sorted(self.specs[name]),
+            "spec": spec.to_dict(),
+            "instances": instances,
+            "stats": self.stats.get(name, FunctionStats()).to_dict(),
+            "policy": {
+                "name": self.policy.name,
+                "keep_alive_s": window.keep_alive_s,
+                "prewarm_after_s": window.prewarm_s,
+            },
+        }

@@ -1,0 +1,1 @@
+"""Serverless functions on the agent: warm pools of long-lived worker processes."""

@@ -1,0 +1,511 @@
+"""Warm pools of function instances on one node: start (cold), reuse (warm), evict, scale to zero.
+
+An instance is a long-lived worker process (``worker.py``) that imported its handler once; the
+time from spawn to its ``ready`` line is the measured cold start. Each instance serves up to
+``max_concurrency`` invocations at once. Idle instances are evicted after their keep-alive (set
+per function by the hub's policy) or earlier under memory pressure (least recently used first);
+an instance over its memory size (RSS) or past an invocation's timeout is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from controlplane.bus.messages import FunctionCode, FunctionInstance, InvokeResultV1, InvokeV1, PrewarmV1
+from edge_agent.executor import _limits_preexec
+
+__all__ = ["FunctionPool", "Instance"]
+
+log = logging.getLogger("edgeplane.agent.functions")
+
+
+@dataclass(eq=False)
+class Instance:
+    instance_id: str
+    code: FunctionCode
+    process: asyncio.subprocess.Process
+    spawned_at: float
+    keep_alive_s: float
+    ready: asyncio.Future[float]
+    state: str = "starting"
+    in_flight: int = 0
+    last_used_at: float = 0.0
+    cold_start_ms: float = 0.0
+    pending: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+    reader: asyncio.Task[None] | None = None
+    stderr_path: Path | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.code.name, self.code.version)
+
+    def has_room(self) -> bool:
+        return self.state in ("idle", "busy") and self.in_flight < self.code.max_concurrency
+
+
+class FunctionPool:
+    """All function instances of one agent."""
+
+    def __init__(
+        self,
+        *,
+        work_dir: Path,
+        memory_budget: int,
+        node: str = "",
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.work_dir = work_dir / "functions"
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.memory_budget = memory_budget
+        self.node = node
+        self.on_change = on_change or (lambda: None)
+        self.instances: dict[str, Instance] = {}
+        self.counters: dict[str, int] = {"cold_starts": 0, "warm_starts": 0, "evictions": 0, "timeouts": 0}
+        self._changed = asyncio.Condition()
+
+    # --- queries --------------------------------------------------------------------------
+
+    def memory_in_use(self) -> int:
+        return sum(i.code.memory for i in self.instances.values())
+
+    def snapshot(self) -> list[FunctionInstance]:
+        return [
+            FunctionInstance(
+                instance_id=i.instance_id,
+                function=i.code.name,
+                version=i.code.version,
+                state=i.state,
+                in_flight=i.in_flight,
+                max_concurrency=i.code.max_concurrency,
+                memory=i.code.memory,
+                started_at=i.spawned_at,
+                last_used_at=i.last_used_at,
+                cold_start_ms=i.cold_start_ms,
+                keep_alive_s=i.keep_alive_s,
+            )
+            for i in self.instances.values()
+        ]
+
+    # --- starting and stopping instances ---------------------------------------------------
+
+    def _code_dir(self, code: FunctionCode) -> Path:
+        folder = self.work_dir / f"{code.name}-v{code.version}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def _argv(self, code: FunctionCode) -> list[str]:
+        if code.runtime == "command":
+            return list(code.command)
+        argv = [
+            sys.executable,
+            "-m",
+            "edge_agent.functions.worker",
+            "--concurrency",
+            str(code.max_concurrency),
+        ]
+        if code.source:
+            source = self._code_dir(code) / "handler.py"
+            if not source.exists() or source.read_text() != code.source:
+                source.write_text(code.source)
+            argv += ["--source", str(source), "--handler", code.handler]
+        else:
+            argv += ["--handler", code.handler]
+            if code.path:
+                argv += ["--path", code.path]
+        return argv
+
+    async def _spawn(self, code: FunctionCode, keep_alive_s: float) -> Instance:
+        instance_id = uuid.uuid4().hex[:12]
+        stderr_path = self._code_dir(code) / f"{instance_id}.log"
+        env = {
+            **os.environ,
+            **code.env,
+            "EDGEPLANE_FUNCTION": code.name,
+            "EDGEPLANE_VERSION": str(code.version),
+        }
+        with stderr_path.open("wb") as stderr:
+            process = await asyncio.create_subprocess_exec(
+                *self._argv(code),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+                cwd=str(self._code_dir(code)),
+                env=env,
+                start_new_session=True,
+                preexec_fn=_limits_preexec(None),
+                limit=16 * 2**20,
+            )
+        instance = Instance(
+            instance_id=instance_id,
+            code=code,
+            process=process,
+            spawned_at=time.time(),
+            keep_alive_s=keep_alive_s,
+            ready=asyncio.get_running_loop().create_future(),
+            stderr_path=stderr_path,
+        )
+        self.instances[instance_id] = instance
+        instance.reader = asyncio.create_task(self._read(instance), name=f"fn-{instance_id}")
+        self.counters["cold_starts"] += 1
+        self.on_change()
+        return instance
+
+    async def _read(self, instance: Instance) -> None:
+        stdout = instance.process.stdout
+        assert stdout is not None
+        started = time.perf_counter()
+        try:
+            while True:
+                line = await stdout.readline()
+                if not line:
+                    break
+                try:
+                    message = json.loads(line)
+                except json.JSONDecodeError:
+                    log.warning("instance %s wrote a non-protocol line", instance.instance_id)
+                    continue
+                if "ready" in message and not instance.ready.done():
+                    if message["ready"]:
+                        instance.cold_start_ms = (time.perf_counter() - started) * 1000
+                        instance.state = "idle"
+                        instance.ready.set_result(instance.cold_start_ms)
+                    else:
+                        instance.ready.set_exception(_InitError(message.get("error") or {}))
+                    await self._notify()
+                    continue
+                future = instance.pending.pop(str(message.get("id")), None)
+                if future is not None and not future.done():
+                    future.set_result(message)
+        finally:
+            await self._forget(instance, "the instance exited")
+
+    async def _forget(self, instance: Instance, why: str) -> None:
+        if self.instances.pop(instance.instance_id, None) is None:
+            return
+        instance.state = "stopped"
+        if not instance.ready.done():
+            tail = _tail(instance.stderr_path)
+            instance.ready.set_exception(_InitError({"type": "InstanceExited", "message": f"{why}: {tail}"}))
+        for future in instance.pending.values():
+            if not future.done():
+                future.set_result(
+                    {
+                        "ok": False,
+                        "error": {"type": "InstanceCrashed", "message": why, "code": "instance_crashed"},
+                    }
+                )
+        instance.pending.clear()
+        with contextlib.suppress(ProcessLookupError):
+            if instance.process.returncode is None:
+                os.killpg(instance.process.pid, 9)
+        self.on_change()
+        await self._notify()
+
+    async def stop_instance(self, instance: Instance, why: str) -> None:
+        await self._forget(instance, why)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(instance.process.wait(), timeout=5)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # --- invocations ----------------------------------------------------------------------
+
+    async def invoke(self, request: InvokeV1) -> InvokeResultV1:
+        code = request.code
+        begin = time.perf_counter()
+        deadline = begin + code.timeout_s
+        await self._drain_old_versions(code)
+        cold = False
+        instance: Instance | None = None
+        while instance is None:
+            warm = self._warm_instance(code)
+            if warm is not None:
+                instance = warm
+                break
+            starting = [
+                i
+                for i in self.instances.values()
+                if i.key == (code.name, code.version) and i.state == "starting"
+            ]
+            if starting:
+                cold = True
+                waiting_on = starting[0]
+                try:
+                    await asyncio.wait_for(
+                        asyncio.shield(waiting_on.ready), timeout=max(0.01, deadline - time.perf_counter())
+                    )
+                except _InitError as exc:
+                    return self._result(request, begin, error=exc.error | {"code": "init_error"}, cold=True)
+                except TimeoutError:
+                    return self._result(request, begin, error=_timeout_error(code), cold=True)
+                continue
+            busy = [i for i in self.instances.values() if i.key == (code.name, code.version)]
+            may_start = request.allow_cold or not busy
+            if may_start and self._make_room(code.memory):
+                cold = True
+                instance = await self._spawn(code, request.keep_alive_s)
+                try:
+                    await asyncio.wait_for(
+                        asyncio.shield(instance.ready), timeout=max(0.01, deadline - time.perf_counter())
+                    )
+                except _InitError as exc:
+                    await self.stop_instance(instance, "initialisation failed")
+                    return self._result(request, begin, error=exc.error | {"code": "init_error"}, cold=True)
+                except TimeoutError:
+                    await self.stop_instance(instance, "initialisation timed out")
+                    return self._result(request, begin, error=_timeout_error(code), cold=True)
+                if not instance.has_room():
+                    instance = None
+                continue
+            # No memory for another instance, or told to queue: wait until one frees up.
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return self._result(
+                    request,
+                    begin,
+                    error={
+                        "type": "NoCapacity",
+                        "message": "no memory for another instance",
+                        "code": "capacity",
+                    },
+                )
+            async with self._changed:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 0.5))
+        queued_ms = (time.perf_counter() - begin) * 1000
+        cold_ms = instance.cold_start_ms if cold else 0.0
+        if not cold:
+            self.counters["warm_starts"] += 1
+        return await self._run_on(instance, request, begin, cold=cold, cold_ms=cold_ms, queued_ms=queued_ms)
+
+    def _warm_instance(self, code: FunctionCode) -> Instance | None:
+        candidates = [
+            i for i in self.instances.values() if i.key == (code.name, code.version) and i.has_room()
+        ]
+        if not candidates:
+            return None
+        # Most recently used first: the others stay idle and can expire (scale down).
+        return max(candidates, key=lambda i: (i.in_flight < i.code.max_concurrency, i.last_used_at))
+
+    async def _run_on(
+        self,
+        instance: Instance,
+        request: InvokeV1,
+        begin: float,
+        *,
+        cold: bool,
+        cold_ms: float,
+        queued_ms: float,
+    ) -> InvokeResultV1:
+        code = request.code
+        instance.keep_alive_s = request.keep_alive_s
+        instance.in_flight += 1
+        instance.state = "busy"
+        self.on_change()
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        instance.pending[request.invocation_id] = future
+        context = {
+            "invocation_id": request.invocation_id,
+            "function": code.name,
+            "version": code.version,
+            "deadline": time.time() + code.timeout_s,
+        }
+        line = json.dumps({"id": request.invocation_id, "event": request.event, "context": context}) + "\n"
+        stdin = instance.process.stdin
+        assert stdin is not None
+        try:
+            stdin.write(line.encode())
+            await stdin.drain()
+            remaining = code.timeout_s - (time.perf_counter() - begin)
+            reply = await asyncio.wait_for(future, timeout=max(0.01, remaining))
+        except TimeoutError:
+            self.counters["timeouts"] += 1
+            await self.stop_instance(instance, f"invocation timed out after {code.timeout_s:g}s")
+            return self._result(
+                request, begin, error=_timeout_error(code), cold=cold, cold_ms=cold_ms, queued_ms=queued_ms
+            )
+        except (BrokenPipeError, ConnectionResetError):
+            await self.stop_instance(instance, "the instance's input closed")
+            reply = {
+                "ok": False,
+                "error": {
+                    "type": "InstanceCrashed",
+                    "message": "instance exited",
+                    "code": "instance_crashed",
+                },
+            }
+        finally:
+            instance.pending.pop(request.invocation_id, None)
+            instance.in_flight = max(0, instance.in_flight - 1)
+            instance.last_used_at = time.time()
+            if instance.state == "busy" and instance.in_flight == 0:
+                instance.state = "idle"
+            self.on_change()
+            await self._notify()
+        if reply.get("ok"):
+            return self._result(
+                request,
+                begin,
+                result=reply.get("result"),
+                cold=cold,
+                cold_ms=cold_ms,
+                queued_ms=queued_ms,
+                exec_ms=float(reply.get("exec_ms", 0.0)),
+                instance=instance,
+            )
+        error = dict(reply.get("error") or {})
+        error.setdefault("code", "function_error")
+        return self._result(
+            request,
+            begin,
+            error=error,
+            cold=cold,
+            cold_ms=cold_ms,
+            queued_ms=queued_ms,
+            exec_ms=float(reply.get("exec_ms", 0.0)),
+            instance=instance,
+        )
+
+    def _result(
+        self,
+        request: InvokeV1,
+        begin: float,
+        *,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+        cold: bool = False,
+        cold_ms: float = 0.0,
+        queued_ms: float | None = None,
+        exec_ms: float = 0.0,
+        instance: Instance | None = None,
+    ) -> InvokeResultV1:
+        elapsed = (time.perf_counter() - begin) * 1000
+        return InvokeResultV1(
+            invocation_id=request.invocation_id,
+            ok=error is None,
+            result=result,
+            error=error,
+            cold_start=cold,
+            cold_start_ms=cold_ms,
+            queue_ms=max(0.0, (queued_ms if queued_ms is not None else elapsed) - cold_ms),
+            exec_ms=exec_ms,
+            instance_id=instance.instance_id if instance else "",
+        )
+
+    async def _drain_old_versions(self, code: FunctionCode) -> None:
+        """A newer version rolled out: idle instances of older versions go now, busy ones when done."""
+        for instance in list(self.instances.values()):
+            if instance.code.name == code.name and instance.code.version < code.version:
+                instance.keep_alive_s = 0.0
+                if instance.in_flight == 0:
+                    await self.stop_instance(instance, f"version {code.version} rolled out")
+
+    def _make_room(self, memory: int) -> bool:
+        """True when ``memory`` fits in the budget, after evicting idle instances LRU if needed."""
+        if self.memory_in_use() + memory <= self.memory_budget:
+            return True
+        idle = sorted((i for i in self.instances.values() if i.state == "idle"), key=lambda i: i.last_used_at)
+        freed = 0
+        victims = []
+        for instance in idle:
+            if self.memory_in_use() - freed + memory <= self.memory_budget:
+                break
+            victims.append(instance)
+            freed += instance.code.memory
+        if self.memory_in_use() - freed + memory > self.memory_budget:
+            return False
+        for instance in victims:
+            self.counters["evictions"] += 1
+            task = asyncio.create_task(self.stop_instance(instance, "evicted under memory pressure"))
+            task.add_done_callback(lambda _t: None)
+            # Forget right away so the budget is free for the caller.
+            self.instances.pop(instance.instance_id, None)
+        return True
+
+    async def prewarm(self, request: PrewarmV1) -> int:
+        """Start instances so that ``count`` exist (warm or starting); returns how many were started."""
+        code = request.code
+        await self._drain_old_versions(code)
+        have = [i for i in self.instances.values() if i.key == (code.name, code.version)]
+        for instance in have:
+            instance.keep_alive_s = max(instance.keep_alive_s, request.keep_alive_s)
+        started = 0
+        for _ in range(max(0, request.count - len(have))):
+            if not self._make_room(code.memory):
+                break
+            instance = await self._spawn(code, request.keep_alive_s)
+            instance.last_used_at = time.time()
+            started += 1
+        return started
+
+    async def evict_expired(self) -> int:
+        """Stop idle instances past their keep-alive, and instances over their memory size."""
+        now = time.time()
+        evicted = 0
+        for instance in list(self.instances.values()):
+            idle_since = instance.last_used_at or instance.spawned_at
+            if instance.state == "idle" and now - idle_since >= instance.keep_alive_s:
+                await self.stop_instance(instance, "keep-alive expired")
+                self.counters["evictions"] += 1
+                evicted += 1
+                continue
+            try:
+                rss = psutil.Process(instance.process.pid).memory_info().rss
+            except (psutil.Error, ProcessLookupError):
+                continue
+            if rss > instance.code.memory:
+                log.warning(
+                    "instance %s uses %d bytes > %d: killed", instance.instance_id, rss, instance.code.memory
+                )
+                await self.stop_instance(
+                    instance, f"memory limit exceeded ({rss} > {instance.code.memory} bytes)"
+                )
+                evicted += 1
+        available = psutil.virtual_memory().available
+        if available < 0.05 * psutil.virtual_memory().total:
+            for instance in sorted(self.instances.values(), key=lambda i: i.last_used_at):
+                if instance.state == "idle":
+                    await self.stop_instance(instance, "evicted: node memory low")
+                    self.counters["evictions"] += 1
+                    evicted += 1
+                    break
+        return evicted
+
+    async def close(self) -> None:
+        for instance in list(self.instances.values()):
+            await self.stop_instance(instance, "agent stopping")
+
+
+class _InitError(Exception):
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(error.get("message", "initialisation failed"))
+        self.error = dict(error)
+
+
+def _timeout_error(code: FunctionCode) -> dict[str, Any]:
+    return {"type": "Timeout", "message": f"timed out after {code.timeout_s:g}s", "code": "timeout"}
+
+
+def _tail(path: Path | None, limit: int = 600) -> str:
+    if path is None:
+        return ""
+    try:
+        data = path.read_bytes()[-limit:]
+    except OSError:
+        return ""
+    return data.decode(errors="replace").strip()

@@ -1,0 +1,358 @@
+"""Serverless functions end to end: hub, NATS, agents and real worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+
+import pytest
+from harness import running_agents, running_hub, wait_for, write_power_supply
+
+from controlplane.serverless.keepalive import Policy, Window
+
+ECHO = {"name": "echo", "source": "def handle(event, context):\n    return event\n", "handler": "handle"}
+
+
+async def _invoke(api, name, event=None, **query):
+    path = f"/v1/functions/{name}/invoke" + (
+        "?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else ""
+    )
+    async with api.session.post(api.base + path, json=event) as response:
+        return response.status, await response.json(), response.headers
+
+
+async def _register(api, body):
+    status, reply = await api.call("POST", "/v1/functions", body)
+    assert status in (200, 201), reply
+    return reply
+
+
+async def test_the_first_call_is_cold_the_second_warm_and_the_result_is_the_handlers(
+    nats_server, sqlite_url, tmp_path
+):
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (_, api),
+        running_agents(nats_server.url, tmp_path, ["f1"]),
+    ):
+        await _register(api, {**ECHO, "memory": "128Mi"})
+        status, body, headers = await _invoke(api, "echo", {"hello": [1, 2]})
+        assert status == 200 and body == {"hello": [1, 2]}
+        assert headers["X-Edgeplane-Cold-Start"] == "true"
+        assert float(headers["X-Edgeplane-Cold-Start-Ms"]) > 0
+        assert headers["X-Edgeplane-Node"] == "f1"
+        status, body, headers = await _invoke(api, "echo", {"again": True})
+        assert status == 200 and body == {"again": True}
+        assert headers["X-Edgeplane-Cold-Start"] == "false"
+        assert float(headers["X-Edgeplane-Cold-Start-Ms"]) == 0
+        assert float(headers["X-Edgeplane-Total-Ms"]) >= float(headers["X-Edgeplane-Exec-Ms"])
+        function = await api.get("/v1/functions/echo")
+        assert function["stats"]["invocations"] == 2 and function["stats"]["cold_starts"] == 1
+        assert function["stats"]["cold_start_rate"] == 0.5
+        assert function["stats"]["latency_ms"]["p50"] is not None
+        assert function["stats"]["per_node"]["f1"] == {"invocations": 2, "cold_starts": 1}
+        instances = (await wait_for(lambda: api.get("/v1/functions/echo"), lambda f: f["instances"]))[
+            "instances"
+        ]
+        assert instances[0]["node"] == "f1" and instances[0]["state"] in ("idle", "busy")
+
+
+async def test_handler_errors_come_back_structured_and_timeouts_kill_the_instance(
+    nats_server, sqlite_url, tmp_path
+):
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (_, api),
+        running_agents(nats_server.url, tmp_path, ["f1"]) as agents,
+    ):
+        await _register(
+            api,
+            {
+                "name": "boom",
+                "source": "def handle(e, c):\n    raise ValueError('bad input ' + str(e))\n",
+                "handler": "handle",
+            },
+        )
+        status, body, _ = await _invoke(api, "boom", 7)
+        assert status == 502
+        assert body["error"]["code"] == "function_error" and body["error"]["type"] == "ValueError"
+        assert "bad input 7" in body["error"]["message"] and "Traceback" in body["error"]["traceback"]
+        await _register(
+            api,
+            {
+                "name": "slow",
+                "source": "import time\ndef handle(e, c):\n    time.sleep(30)\n",
+                "handler": "handle",
+                "timeout_s": 1,
+            },
+        )
+        started = time.monotonic()
+        status, body, _ = await _invoke(api, "slow")
+        assert status == 504 and body["error"]["code"] == "timeout"
+        assert time.monotonic() - started < 10
+        pool = agents[0].agent.functions
+        assert not [i for i in pool.instances.values() if i.code.name == "slow"], (
+            "the timed-out instance was killed"
+        )
+        await _register(
+            api,
+            {
+                "name": "broken",
+                "source": "import no_such_module\ndef handle(e, c):\n    return 1\n",
+                "handler": "handle",
+            },
+        )
+        status, body, _ = await _invoke(api, "broken")
+        assert status == 502 and body["error"]["code"] == "init_error"
+        assert body["error"]["type"] == "ModuleNotFoundError"
+        assert (await api.get("/healthz"))["status"] == "ok"
+
+
+async def test_an_instance_serves_at_most_its_max_concurrency(nats_server, sqlite_url, tmp_path):
+    source = (
+        "import threading, time, os\n"
+        "lock = threading.Lock()\nactive = 0\npeak = 0\n"
+        "def handle(e, c):\n"
+        "    global active, peak\n"
+        "    with lock:\n        active += 1\n        peak = max(peak, active)\n"
+        "    time.sleep(0.4)\n"
+        "    with lock:\n        active -= 1\n"
+        "    return {'pid': os.getpid(), 'peak': peak}\n"
+    )
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (_, api),
+        running_agents(nats_server.url, tmp_path, ["f1"]),
+    ):
+        await _register(api, {"name": "limited", "source": source, "handler": "handle", "max_concurrency": 2})
+        results = await asyncio.gather(*(_invoke(api, "limited", i) for i in range(6)))
+        assert all(status == 200 for status, _, _ in results)
+        peaks = [body["peak"] for _, body, _ in results]
+        pids = {body["pid"] for _, body, _ in results}
+        assert max(peaks) <= 2
+        assert len(pids) >= 2, "six concurrent calls need more than one instance of concurrency 2"
+
+
+async def test_a_new_version_rolls_out_and_versions_are_immutable(nats_server, sqlite_url, tmp_path):
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (_, api),
+        running_agents(nats_server.url, tmp_path, ["f1"]) as agents,
+    ):
+        v1 = {"name": "greet", "source": "def handle(e, c):\n    return 'v1'\n", "handler": "handle"}
+        first = await _register(api, v1)
+        assert first["version"] == 1
+        status, again = await api.call("POST", "/v1/functions", v1)
+        assert status == 200 and again["version"] == 1, "same content is not a new version"
+        assert (await _invoke(api, "greet"))[1] == "v1"
+        v2 = {**v1, "source": "def handle(e, c):\n    return 'v2'\n"}
+        second = await _register(api, v2)
+        assert second["version"] == 2 and second["versions"] == [1, 2]
+        assert (await _invoke(api, "greet"))[1] == "v2"
+        assert (await _invoke(api, "greet", version=1))[1] == "v1"
+        status, conflict = await api.call("POST", "/v1/functions", {**v2, "version": 1})
+        assert status == 409 and conflict["error"]["field"] == "version"
+        await _invoke(api, "greet")
+        pool = agents[0].agent.functions
+        await wait_for(
+            lambda: _value({i.code.version for i in pool.instances.values() if i.code.name == "greet"}),
+            lambda versions: versions == {2},
+        )
+
+
+async def test_without_keep_alive_idle_instances_are_evicted_and_the_next_call_is_cold(
+    nats_server, sqlite_url, tmp_path
+):
+    async with (
+        running_hub(nats_server.url, sqlite_url, function_policy="no-keepalive") as (_, api),
+        running_agents(nats_server.url, tmp_path, ["f1"]) as agents,
+    ):
+        await _register(api, ECHO)
+        assert (await _invoke(api, "echo", 1))[2]["X-Edgeplane-Cold-Start"] == "true"
+        pool = agents[0].agent.functions
+        await wait_for(lambda: _value(len(pool.instances)), lambda n: n == 0, timeout=5)
+        assert pool.counters["evictions"] >= 1
+        assert (await _invoke(api, "echo", 2))[2]["X-Edgeplane-Cold-Start"] == "true"
+
+
+class _PrewarmSoon:
+    """A keep-alive policy that always unloads and pre-warms 0.6 s later (to test the mechanism)."""
+
+    name = "prewarm-soon"
+
+    def observe_invocation(self, function_id, t_s, duration_s=0.0, *, concurrency=1):
+        return None
+
+    def keep_alive_s(self, function_id):
+        return 30.0
+
+    def prewarm_after_s(self, function_id):
+        return 0.6
+
+    def release_window(self, function_id, t_s, *, idle_instances=0):
+        return Window(prewarm_s=0.6, keep_alive_s=30.0)
+
+
+async def test_the_policy_prewarms_an_instance_before_the_predicted_arrival(
+    nats_server, sqlite_url, tmp_path
+):
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (running, api),
+        running_agents(nats_server.url, tmp_path, ["f1"]) as agents,
+    ):
+        running.hub.functions.policy = Policy(name="prewarm-soon", keepalive=_PrewarmSoon())
+        await _register(api, ECHO)
+        assert (await _invoke(api, "echo", 1))[2]["X-Edgeplane-Cold-Start"] == "true"
+        pool = agents[0].agent.functions
+        await wait_for(lambda: _value(len(pool.instances)), lambda n: n == 0, timeout=5)
+        await wait_for(
+            lambda: _value([i.state for i in pool.instances.values()]), lambda s: s == ["idle"], timeout=5
+        )
+        assert running.hub.functions.counters["prewarms"] == 1
+        assert (await _invoke(api, "echo", 2))[2]["X-Edgeplane-Cold-Start"] == "false"
+
+
+async def test_an_explicit_prewarm_makes_the_first_call_warm(nats_server, sqlite_url, tmp_path):
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (running, api),
+        running_agents(nats_server.url, tmp_path, ["f1"]) as agents,
+    ):
+        await _register(api, ECHO)
+        ack = await running.hub.functions.prewarm("echo")
+        assert ack is not None and ack.started == 1
+        pool = agents[0].agent.functions
+        await wait_for(
+            lambda: _value([i.state for i in pool.instances.values()]), lambda s: s == ["idle"], timeout=5
+        )
+        assert (await _invoke(api, "echo", 1))[2]["X-Edgeplane-Cold-Start"] == "false"
+
+
+async def test_battery_nodes_get_cold_starts_last_and_shorter_keep_alives(nats_server, sqlite_url, tmp_path):
+    async with (
+        running_hub(nats_server.url, sqlite_url, function_policy="fixed-10m") as (_, api),
+        running_agents(nats_server.url, tmp_path, ["mains", "battery"]) as agents,
+    ):
+        write_power_supply(agents[1].power_dir, on_battery=True, percent=40)
+        await wait_for(lambda: api.get("/v1/nodes/battery"), lambda n: n["power"]["source"] == "battery")
+        await _register(api, {**ECHO, "max_concurrency": 1})
+        _, _, headers = await _invoke(api, "echo", 1)
+        assert headers["X-Edgeplane-Node"] == "mains"
+        await _register(
+            api,
+            {
+                "name": "pinned",
+                **{k: ECHO[k] for k in ("source", "handler")},
+                "affinity": {"nodes": ["battery"]},
+            },
+        )
+        _, _, headers = await _invoke(api, "pinned", 1)
+        assert headers["X-Edgeplane-Node"] == "battery"
+        keep = {
+            h.agent.config.name: [i.keep_alive_s for i in h.agent.functions.instances.values()]
+            for h in agents
+        }
+        assert keep["mains"] == [600.0] and keep["battery"] == [300.0]
+
+
+async def test_async_invocations_are_polled_to_their_result(nats_server, sqlite_url, tmp_path):
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (_, api),
+        running_agents(nats_server.url, tmp_path, ["f1"]),
+    ):
+        await _register(api, ECHO)
+        status, body, _ = await _invoke(api, "echo", {"later": 1}, **{"async": 1})
+        assert status == 202 and body["status"] == "Queued"
+        done = await wait_for(
+            lambda: api.get(f"/v1/invocations/{body['invocation_id']}"),
+            lambda i: i["status"] in ("Succeeded", "Failed"),
+        )
+        assert done["status"] == "Succeeded" and done["result"] == {"later": 1} and done["node"] == "f1"
+        status, missing = await api.call("GET", "/v1/invocations/nope")
+        assert status == 404 and missing["error"]["field"] == "id"
+
+
+async def test_an_agent_dying_mid_invocation_fails_it_clearly_instead_of_hanging(
+    nats_server, sqlite_url, tmp_path
+):
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edge_agent.cli",
+            "run",
+            "--nats",
+            nats_server.url,
+            "--name",
+            "doomed",
+            "--heartbeat-interval",
+            "0.25",
+            "--work-dir",
+            str(tmp_path / "doomed"),
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            await wait_for(api.nodes, lambda n: len(n) == 1 and n[0]["status"] == "Ready")
+            await _register(
+                api,
+                {
+                    "name": "long",
+                    "source": "import time\ndef handle(e, c):\n    time.sleep(60)\n",
+                    "handler": "handle",
+                    "timeout_s": 120,
+                },
+            )
+            call = asyncio.create_task(_invoke(api, "long"))
+            await asyncio.sleep(1.5)
+            agent.kill()
+            started = time.monotonic()
+            status, body, _ = await asyncio.wait_for(call, timeout=15)
+            assert status == 502 and body["error"]["code"] == "agent_lost"
+            assert time.monotonic() - started < 10
+            status, body, _ = await _invoke(api, "long")
+            assert status == 503 and body["error"]["code"] == "no_capacity"
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+        agent.wait(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "f", "source": "def handle(e, c):\n    return 1\n"}, "handler"),
+        ({"name": "f", "source": "def handle(e, c):\n    return 1\n", "handler": "other"}, "handler"),
+        ({"name": "f", "source": "def handle(:\n", "handler": "handle"}, "source"),
+        ({"name": "f", "handler": "handle"}, "handler"),
+        ({**ECHO, "memory": "lots"}, "memory"),
+        ({**ECHO, "memory": "1Mi"}, "memory"),
+        ({**ECHO, "timeout_s": 0}, "timeout_s"),
+        ({**ECHO, "max_concurrency": 0}, "max_concurrency"),
+        ({**ECHO, "runtime": "java"}, "runtime"),
+        ({**ECHO, "version": -1}, "version"),
+        ({**ECHO, "name": "Bad Name"}, "name"),
+        ({"name": "c", "runtime": "command"}, "command"),
+        ({**ECHO, "mig": "9g.99gb"}, "mig"),
+        ({**ECHO, "affinity": {"clusters": ["nowhere"]}}, "affinity.clusters"),
+        ({**ECHO, "colour": "blue"}, "colour"),
+    ],
+)
+async def test_bad_registrations_get_422_naming_the_field(nats_server, sqlite_url, body, field):
+    async with running_hub(nats_server.url, sqlite_url) as (_, api):
+        status, reply = await api.call("POST", "/v1/functions", body)
+        assert status == 422, reply
+        assert reply["error"]["field"] == field
+
+
+async def test_unknown_functions_get_404(nats_server, sqlite_url):
+    async with running_hub(nats_server.url, sqlite_url) as (_, api):
+        status, body, _ = await _invoke(api, "ghost")
+        assert status == 404 and body["error"]["field"] == "name"
+        status, body = await api.call("GET", "/v1/functions/ghost")
+        assert status == 404
+
+
+async def _value(value):
+    return value
