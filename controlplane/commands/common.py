@@ -6,11 +6,23 @@ import argparse
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from controlplane.errors import ConfigError
 from controlplane.federation.config import FederationConfig, load_federation, single_cluster
 from controlplane.store.db import sqlite_url
 
-__all__ = ["add_hub_arguments", "database_url", "federation_from", "setup_logging"]
+if TYPE_CHECKING:
+    from controlplane.hub.service import HubSettings
+
+__all__ = [
+    "add_hub_arguments",
+    "check_function_policy",
+    "database_url",
+    "federation_from",
+    "hub_settings",
+    "setup_logging",
+]
 
 
 def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +42,11 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         help="NATS URL (env EDGEPLANE_NATS_URL); without it a nats-server is started on a free loopback port",
     )
     parser.add_argument("--federation", help="federation config file (default: one cluster named 'default')")
+    parser.add_argument(
+        "--function-policy",
+        default="edgeplane",
+        help="keep-alive/pre-warm policy for functions: edgeplane (default), hybrid, fixed-10m, no-keepalive",
+    )
     parser.add_argument("--lease-missed", type=int, default=3, help="heartbeats a node may miss (default 3)")
     parser.add_argument("--log-level", default="INFO")
 
@@ -52,3 +69,24 @@ def federation_from(args: argparse.Namespace) -> FederationConfig:
     if args.federation:
         return load_federation(args.federation)
     return single_cluster()
+
+
+def check_function_policy(args: argparse.Namespace) -> None:
+    """Fail at start (ConfigError) on an unknown --function-policy."""
+    from controlplane.serverless.keepalive import POLICY_NAMES
+
+    if args.function_policy not in POLICY_NAMES:
+        raise ConfigError(
+            "<command line>", "--function-policy", f"unknown policy; known: {', '.join(POLICY_NAMES)}"
+        )
+
+
+def hub_settings(args: argparse.Namespace, nats_url: str, federation: FederationConfig) -> HubSettings:
+    from controlplane.hub.service import HubSettings
+
+    return HubSettings(
+        nats_url=nats_url,
+        federation=federation,
+        lease_missed_heartbeats=args.lease_missed,
+        function_policy=args.function_policy,
+    )

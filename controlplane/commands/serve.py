@@ -6,7 +6,14 @@ import argparse
 import asyncio
 import sys
 
-from controlplane.commands.common import add_hub_arguments, database_url, federation_from, setup_logging
+from controlplane.commands.common import (
+    add_hub_arguments,
+    check_function_policy,
+    database_url,
+    federation_from,
+    hub_settings,
+    setup_logging,
+)
 
 __all__ = ["configure", "run"]
 
@@ -21,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     try:
         federation = federation_from(args)
+        check_function_policy(args)
     except ConfigError as exc:
         print(f"controlplane: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -30,7 +38,6 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace, federation: object) -> int:
     from controlplane.federation.config import FederationConfig
     from controlplane.hub.runner import start_hub, wait_for_signal
-    from controlplane.hub.service import HubSettings
     from controlplane.natsd import NatsServer
 
     assert isinstance(federation, FederationConfig)
@@ -40,9 +47,7 @@ async def _serve(args: argparse.Namespace, federation: object) -> int:
         nats_server = NatsServer().start()
         nats_url = nats_server.url
     try:
-        settings = HubSettings(
-            nats_url=nats_url, federation=federation, lease_missed_heartbeats=args.lease_missed
-        )
+        settings = hub_settings(args, nats_url, federation)
         running = await start_hub(settings, database_url=database_url(args), host=args.host, port=args.port)
         print(f"edgeplane hub: API {running.url}  NATS {nats_url}", flush=True)
         try:

@@ -16,7 +16,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from controlplane.commands.common import add_hub_arguments, database_url, federation_from, setup_logging
+from controlplane.commands.common import (
+    add_hub_arguments,
+    check_function_policy,
+    database_url,
+    federation_from,
+    hub_settings,
+    setup_logging,
+)
 
 __all__ = ["configure", "run"]
 
@@ -40,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         federation = federation_from(args)
+        check_function_policy(args)
     except ConfigError as exc:
         print(f"controlplane up: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -77,7 +85,6 @@ def _agent_command(
 async def _up(args: argparse.Namespace, federation: object) -> int:
     from controlplane.federation.config import FederationConfig
     from controlplane.hub.runner import start_hub, wait_for_signal
-    from controlplane.hub.service import HubSettings
     from controlplane.natsd import NatsServer
 
     assert isinstance(federation, FederationConfig)
@@ -91,9 +98,7 @@ async def _up(args: argparse.Namespace, federation: object) -> int:
     agents: list[subprocess.Popen[bytes]] = []
     running = None
     try:
-        settings = HubSettings(
-            nats_url=nats_url, federation=federation, lease_missed_heartbeats=args.lease_missed
-        )
+        settings = hub_settings(args, nats_url, federation)
         running = await start_hub(settings, database_url=database_url(args), host=args.host, port=args.port)
         clusters = federation.clusters
         for index in range(args.agents):
