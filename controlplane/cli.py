@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "up": ("controlplane.commands.up", "run hub + embedded NATS + local edge agents (the quick start)"),
     "serve": ("controlplane.commands.serve", "run the hub (HTTP API + NATS bus + scheduler)"),
     "migrate": ("controlplane.commands.migrate", "migrate the store's schema to the latest revision"),
+    "simulate-functions": ("controlplane.serverless.sim_cli", "compare function keep-alive policies"),
 }
 
 

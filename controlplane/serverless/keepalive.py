@@ -31,9 +31,12 @@ Policies:
     simple exponential smoothing, which is the optimal forecast of an ARIMA(0,1,1) process and
     is stable on the handful of samples a function has).
 ``edgeplane``
-    ``hybrid`` plus a call-graph pre-warmer (:class:`CallGraphAdvisor`) and a reactive pool of
-    standby instances after concurrency spikes (:class:`BurstPool`). ``edgeplane-no-callgraph``
-    and ``edgeplane-no-pool`` switch one extra off each, so its effect can be measured.
+    ``hybrid`` (trusting a short history early when its idle times are all alike, i.e. a timer)
+    with multi-instance rules: extra instances (burst capacity) are held through a long window
+    only when the gaps between bursts are regular, else at most the baseline's 10 minutes; plus
+    a reactive pool of standby instances after concurrency spikes (:class:`BurstPool`) and a
+    call-graph pre-warmer (:class:`CallGraphAdvisor`). ``edgeplane-no-callgraph`` and
+    ``edgeplane-no-pool`` switch one extra off each, so its effect can be measured.
 """
 
 from __future__ import annotations
