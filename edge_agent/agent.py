@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import time
 import uuid
@@ -23,6 +24,8 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from controlplane.bus.hub_bus import connect_nats
 from controlplane.bus.messages import (
+    BidRequestV1,
+    BidV1,
     CommandAckV1,
     CommandV1,
     HeartbeatV1,
@@ -43,8 +46,10 @@ from controlplane.bus.messages import (
     decode,
     encode,
 )
+from controlplane.scheduling.reward import RewardConfig
 from edge_agent import __version__
 from edge_agent.config import AgentConfig
+from edge_agent.decisions import DecisionLog, LoggedDecision
 from edge_agent.executor import ProcessRunner
 from edge_agent.functions.pool import FunctionPool
 from edge_agent.telemetry import (
@@ -55,6 +60,7 @@ from edge_agent.telemetry import (
     SysfsPowerReader,
     SystemReader,
 )
+from edge_agent.weights import current_weights
 
 __all__ = ["Agent"]
 
@@ -82,6 +88,9 @@ class Agent:
         self.power = power or SysfsPowerReader(config.power_supply_path)
         self.gpus = gpus or NvmlGpuReader()
         self.boot_id = uuid.uuid4().hex
+        self.reward_config = RewardConfig.from_dict(config.reward)
+        self.policy: Any = None  # LocalPolicy, loaded in run() (it logs its fallback warning once)
+        self.decisions = DecisionLog(limit=config.decision_log_limit, epsilon=config.privacy_epsilon)
         self.runner = ProcessRunner(
             work_dir=Path(config.work_dir), on_change=self._on_state_change, stop_grace_s=config.stop_grace_s
         )
@@ -109,12 +118,18 @@ class Agent:
         self._stop.set()
 
     async def run(self) -> None:
+        if self.config.local_policy:
+            from edge_agent.policy.runtime import LocalPolicy
+
+            self.policy = LocalPolicy.load(self.config.policy_model)
         self._nc = await self._connect()
         nc = self._nc
         await nc.subscribe(self.subjects.command(self.config.name), cb=self._on_command)
         await nc.subscribe(self.subjects.hub_hello(), cb=self._on_hello)
         await nc.subscribe(self.subjects.invoke(self.config.name), cb=self._on_invoke)
         await nc.subscribe(self.subjects.prewarm(self.config.name), cb=self._on_prewarm)
+        await nc.subscribe(self.subjects.bid(self.config.name), cb=self._on_bid)
+        await nc.subscribe(self.subjects.node(self.config.name, "decisions"), cb=self._on_decisions)
         await nc.flush(timeout=5)
         self._trigger_register()
         self._tasks = [
@@ -237,6 +252,8 @@ class Agent:
             power_source=power.source,
             battery_percent=power.battery_percent,
             gpus=self.gpus.read(),
+            weights=list(current_weights(self.reward_config, power)),
+            policy=self.policy.source if self.policy is not None else "",
         )
 
     async def _heartbeat_loop(self) -> None:
@@ -372,6 +389,112 @@ class Agent:
                 await self.functions.evict_expired()
             except Exception:
                 log.exception("eviction pass failed")
+
+    # --- local policy -----------------------------------------------------------------------
+
+    def node_view(self, power_source: str, battery_percent: float | None) -> Any:
+        """What the local policy sees of this node now."""
+        from controlplane.scheduling.power import DEFAULT_POWER_SPECS
+        from edge_agent.policy.features import NodeView
+
+        sample = self.system.read()
+        running = [p for p in self.runner.placements.values() if p.state.state == "Running"]
+        gpus = self.gpus.read()
+        used_gpus = {i for p in running for i in p.spec.gpu_indices}
+        spec = DEFAULT_POWER_SPECS.get(self.config.node_type, DEFAULT_POWER_SPECS["edge"])
+        return NodeView(
+            node_type=self.config.node_type,
+            cpu_capacity=float(self.config.cpu or sample.cpu_count),
+            cpu_allocated=sum(p.spec.cpu for p in running),
+            memory_capacity=float(self.config.memory or sample.memory_total_bytes),
+            memory_allocated=float(sum(p.spec.memory for p in running) + self.functions.memory_in_use()),
+            gpu_count=len(gpus),
+            gpus_free=sum(1 for g in gpus if g.index not in used_gpus and not g.mig_enabled),
+            replicas=len(running),
+            on_battery=power_source == "battery",
+            battery_percent=battery_percent,
+            idle_w=spec.idle_w,
+            max_w=spec.max_w,
+        )
+
+    async def _on_bid(self, msg: Msg) -> None:
+        try:
+            request = decode(msg.data, BidRequestV1)
+        except MessageError as exc:
+            self._malformed("bid", exc)
+            return
+        if self.policy is None:
+            return  # no local policy: let the hub's deadline pass and use its own scores
+        from edge_agent.policy.features import KINDS, Offer
+
+        power = self.power.read()
+        weights = current_weights(self.reward_config, power)
+        offer = request.offer
+        node = self.node_view(power.source, power.battery_percent)
+        local_offer = Offer(
+            kind=offer.kind if offer.kind in KINDS else "batch",
+            cpu=offer.cpu,
+            memory=float(offer.memory),
+            gpu=offer.gpu if not offer.mig else 0,
+            mig=offer.mig[0] if offer.mig else None,
+            sla_s=offer.sla_s,
+            runtime_s=offer.runtime_s,
+            priority=offer.priority,
+        )
+        try:
+            decision = self.policy.decide(node, local_offer, weights)
+        except Exception:  # a policy bug must not take the agent down: no answer, the hub falls back
+            log.exception("local policy failed on bid %s", request.request_id)
+            self.counters["policy_errors"] += 1
+            return
+        else:
+            bid = BidV1(
+                request_id=request.request_id,
+                node=self.config.name,
+                accept=not decision.decline,
+                action=decision.action,
+                cpu=decision.cpu,
+                memory=int(decision.memory),
+                gpu_units=decision.gpu_units,
+                accelerator=decision.accelerator,
+                score=decision.score,
+                weights=list(weights),
+                source=decision.source,
+                masked=decision.masked,
+                latency_us=decision.latency_us,
+            )
+            self.decisions.add(
+                LoggedDecision(
+                    t=time.time(),
+                    request_id=request.request_id,
+                    workload_id=request.workload_id,
+                    replica=request.replica,
+                    state={
+                        "cpu_free": node.cpu_capacity - node.cpu_allocated,
+                        "memory_free": node.memory_capacity - node.memory_allocated,
+                        "on_battery": node.on_battery,
+                        "battery_percent": node.battery_percent,
+                    },
+                    offer=dataclasses.asdict(offer),
+                    weights=list(weights),
+                    action=decision.action,
+                    decline=decision.decline,
+                    expected_reward=decision.score,
+                    source=decision.source,
+                )
+            )
+        self.counters["bids"] += 1
+        if msg.reply:
+            with contextlib.suppress(Exception):
+                await msg.respond(encode(bid))
+
+    async def _on_decisions(self, msg: Msg) -> None:
+        """The hub collects the decision log for retraining (rewards Laplace-noised)."""
+        if msg.reply:
+            payload = {"v": 1, "node": self.config.name, "epsilon": self.decisions.epsilon}
+            payload["entries"] = self.decisions.export()
+            with contextlib.suppress(Exception):
+                await msg.respond(json.dumps(payload).encode())
 
     # --- state reports --------------------------------------------------------------------
 

@@ -42,11 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--power-supply-path", dest="power_supply_path", help="power_supply sysfs folder")
     run.add_argument("--work-dir", dest="work_dir")
     run.add_argument("--log-level", default="INFO")
+    # The local policy's tools; the module keeps numpy/onnxruntime imports inside its functions.
+    from edge_agent.policy import cli as policy_cli
+
+    policy_cli.configure(sub.add_parser("policy", help="inspect and benchmark the local policy"))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "policy":
+        from edge_agent.policy.cli import run as run_policy
+
+        return run_policy(args)
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

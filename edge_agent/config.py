@@ -15,6 +15,9 @@ File keys (all optional except where the CLI does not give them)::
     stop_grace_s: 5
     outbox_limit: 10000
     function_memory: 4Gi       # memory for function instances (default: half the node's)
+    reward:                    # objective weights of the local policy; w3 rises on battery
+      weights: {w1: 1.0, w2: 2.0, w3: 1.0, w4: 4.0}
+      adaptive: {enabled: true, battery_multiplier: 2.0, low_battery_gain: 3.0}
 
 Errors name the file, the key and the reason.
 """
@@ -55,6 +58,11 @@ class AgentConfig:
     stop_grace_s: float = 5.0
     outbox_limit: int = 10000
     function_memory: int | None = None  # memory for function instances; default half the node's
+    reward: dict[str, Any] = field(default_factory=dict)  # weights + adaptive rule (RewardConfig)
+    local_policy: bool = True  # answer the hub's bids with the local policy
+    policy_model: str | None = None  # default: the int8 model shipped in the package
+    privacy_epsilon: float = 0.1  # Laplace noise on rewards that leave the node
+    decision_log_limit: int = 10000
 
 
 _KEYS = {
@@ -71,6 +79,11 @@ _KEYS = {
     "stop_grace_s",
     "outbox_limit",
     "function_memory",
+    "reward",
+    "local_policy",
+    "policy_model",
+    "privacy_epsilon",
+    "decision_log_limit",
 }
 
 
@@ -162,6 +175,32 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
             cfg.function_memory = parse_memory(data["function_memory"], field_name="function_memory")
         except ValidationError as exc:
             raise fail("function_memory", exc.message) from None
+    reward = data.get("reward", {})
+    if not isinstance(reward, dict):
+        raise fail("reward", "must be a mapping with weights and adaptive")
+    try:
+        from controlplane.scheduling.reward import RewardConfig
+
+        RewardConfig.from_dict(reward)
+    except (ValueError, TypeError) as exc:
+        raise fail("reward", str(exc)) from None
+    cfg.reward = dict(reward)
+    local_policy = data.get("local_policy", True)
+    if not isinstance(local_policy, bool):
+        raise fail("local_policy", "must be true or false")
+    cfg.local_policy = local_policy
+    model = data.get("policy_model")
+    if model is not None and not isinstance(model, str):
+        raise fail("policy_model", "must be a path to an .onnx file")
+    cfg.policy_model = model
+    epsilon = data.get("privacy_epsilon", cfg.privacy_epsilon)
+    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or not 0 < epsilon <= 100:
+        raise fail("privacy_epsilon", "must be a number in (0, 100]")
+    cfg.privacy_epsilon = float(epsilon)
+    log_limit = data.get("decision_log_limit", cfg.decision_log_limit)
+    if isinstance(log_limit, bool) or not isinstance(log_limit, int) or log_limit < 1:
+        raise fail("decision_log_limit", "must be an integer >= 1")
+    cfg.decision_log_limit = log_limit
     limit = data.get("outbox_limit", cfg.outbox_limit)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise fail("outbox_limit", "must be an integer >= 1")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from aiohttp import web
 
 from controlplane.api.errors import error_middleware
@@ -78,6 +80,32 @@ async def get_node(request: web.Request) -> web.Response:
     if row is None:
         raise NotFoundError(f"node {name!r} not found", field="name")
     return web.json_response(node_json(row, region=_region(hub, row.cluster), allocated=hub.allocated(name)))
+
+
+@routes.get("/v1/nodes/{name}/decisions")
+async def node_decisions(request: web.Request) -> web.Response:
+    """The node's local-policy decision log, for retraining (rewards Laplace-noised on the node)."""
+    hub = request.app[HUB]
+    name = request.match_info["name"]
+    live = hub.nodes.get(name)
+    if live is None:
+        raise NotFoundError(f"node {name!r} not found", field="name")
+    subject = hub.bus.subjects(live.cluster).node(name, "decisions")
+    try:
+        data = await hub.bus.request(live.cluster, subject, b"{}", deadline_s=5.0)
+        body = json.loads(data)
+    except Exception as exc:
+        return web.json_response(
+            {
+                "error": {
+                    "code": "unavailable",
+                    "message": f"node {name} did not answer: {exc!r}",
+                    "field": None,
+                }
+            },
+            status=503,
+        )
+    return web.json_response(body)
 
 
 @routes.post("/v1/workloads")

@@ -274,6 +274,13 @@ _PATHS: dict[str, Any] = {
             "responses": {"200": _json(_ref("Node")), "404": _ERROR},
         }
     },
+    "/v1/nodes/{name}/decisions": {
+        "get": {
+            "summary": "The node's local-policy decision log (rewards Laplace-noised on the node)",
+            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "responses": {"200": _json({"type": "object"}), "404": _ERROR, "503": _ERROR},
+        }
+    },
     "/v1/workloads": {
         "post": {
             "summary": "Submit a workload",

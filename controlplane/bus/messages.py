@@ -8,6 +8,7 @@ Subjects (``{prefix}`` is the cluster's subject prefix, ``edgeplane.v1`` by defa
     {prefix}.{cluster}.node.{node}.cmd         hub -> agent   CommandV1       request/reply (CommandAckV1)
     {prefix}.{cluster}.node.{node}.fn.invoke   hub -> agent   InvokeV1        request/reply (InvokeResultV1)
     {prefix}.{cluster}.node.{node}.fn.prewarm  hub -> agent   PrewarmV1       request/reply (PrewarmAckV1)
+    {prefix}.{cluster}.node.{node}.bid         hub -> agent   BidRequestV1    request/reply (BidV1)
     {prefix}.hub.hello                         hub -> agents  HubHelloV1      publish (agents re-register)
 
 Every message is a JSON object with ``"v": 1``. A decoder rejects unknown versions, missing or
@@ -28,6 +29,8 @@ from typing import Any, ClassVar, TypeVar, Union
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "BidRequestV1",
+    "BidV1",
     "CommandAckV1",
     "CommandV1",
     "FunctionCode",
@@ -39,6 +42,7 @@ __all__ = [
     "InvokeV1",
     "MessageError",
     "NodeResources",
+    "OfferSpec",
     "PlacementState",
     "PrewarmAckV1",
     "PrewarmV1",
@@ -107,6 +111,9 @@ class Subjects:
     def prewarm(self, node: str) -> str:
         return self.node(node, "fn.prewarm")
 
+    def bid(self, node: str) -> str:
+        return self.node(node, "bid")
+
     def hub_hello(self) -> str:
         return f"{self.prefix}.hub.hello"
 
@@ -154,6 +161,10 @@ class Telemetry:
     battery_percent: float | None = None
     power_w: float | None = None
     gpus: list[GpuTelemetry] = field(default_factory=list)
+    # The objective weights (w1 util, w2 qos, w3 energy, w4 penalty) the node's local policy
+    # uses now: w3 follows the power source and battery level.
+    weights: list[float] = field(default_factory=list)
+    policy: str = ""  # onnx-int8 | heuristic | "" (no local policy)
 
 
 @dataclass(slots=True)
@@ -342,6 +353,59 @@ class PrewarmAckV1:
     request_id: str
     started: int
     reason: str = ""
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class OfferSpec:
+    """The work a bid is asked for: one replica's request as the node's policy sees it."""
+
+    cpu: float
+    memory: int
+    gpu: int = 0
+    mig: list[str] = field(default_factory=list)
+    dpu: int = 0
+    kind: str = "batch"
+    sla_s: float | None = None
+    runtime_s: float | None = None
+    priority: int = 0
+
+
+@dataclass(slots=True)
+class BidRequestV1:
+    """The hub asks a candidate node's local policy what it would do with an offer."""
+
+    TYPE: ClassVar[str] = "bid_request"
+    request_id: str
+    workload_id: str
+    replica: int
+    offer: OfferSpec
+    deadline_ms: float = 50.0
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class BidV1:
+    """A node's answer: decline (offload) or the resource bin it would run the offer with.
+
+    ``score`` is the expected reward of that choice under the node's own weights, on the same
+    scale as the hub's reward estimate, so bids and fallbacks compare.
+    """
+
+    TYPE: ClassVar[str] = "bid"
+    request_id: str
+    node: str
+    accept: bool
+    action: int = -1
+    cpu: float = 0.0
+    memory: int = 0
+    gpu_units: float = 0.0
+    accelerator: str = "none"
+    score: float = 0.0
+    weights: list[float] = field(default_factory=list)
+    source: str = ""
+    masked: int = 0
+    latency_us: float = 0.0
     v: int = SCHEMA_VERSION
 
 

@@ -47,6 +47,17 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         default="edgeplane",
         help="keep-alive/pre-warm policy for functions: edgeplane (default), hybrid, fixed-10m, no-keepalive",
     )
+    parser.add_argument(
+        "--scheduler",
+        default="edgeplane",
+        help="placement profile: edgeplane (default), default (kube-like), binpack (Volcano-like), or fit",
+    )
+    parser.add_argument(
+        "--bid-deadline-ms",
+        type=float,
+        default=50.0,
+        help="how long to wait for agents' local-policy bids before placing (0 disables bids)",
+    )
     parser.add_argument("--lease-missed", type=int, default=3, help="heartbeats a node may miss (default 3)")
     parser.add_argument("--log-level", default="INFO")
 
@@ -72,8 +83,17 @@ def federation_from(args: argparse.Namespace) -> FederationConfig:
 
 
 def check_function_policy(args: argparse.Namespace) -> None:
-    """Fail at start (ConfigError) on an unknown --function-policy."""
+    """Fail at start (ConfigError) on an unknown --function-policy, --scheduler or bad deadline."""
+    from controlplane.scheduling.profiles import load_profile
     from controlplane.serverless.keepalive import POLICY_NAMES
+
+    if args.scheduler != "fit":
+        try:
+            load_profile(args.scheduler)
+        except Exception as exc:
+            raise ConfigError("<command line>", "--scheduler", str(exc)) from None
+    if not 0 <= args.bid_deadline_ms <= 10_000:
+        raise ConfigError("<command line>", "--bid-deadline-ms", "must be between 0 and 10000")
 
     if args.function_policy not in POLICY_NAMES:
         raise ConfigError(
@@ -89,4 +109,6 @@ def hub_settings(args: argparse.Namespace, nats_url: str, federation: Federation
         federation=federation,
         lease_missed_heartbeats=args.lease_missed,
         function_policy=args.function_policy,
+        scheduler=args.scheduler,
+        bid_deadline_ms=args.bid_deadline_ms,
     )

@@ -23,6 +23,9 @@ Schema (version 1)::
       spread_min_regions: 1            # replicas must span at least this many regions
       failover: true                   # re-place work of an unavailable cluster elsewhere
       failover_after_s: 30             # how long all of a cluster's leases must be expired
+      latency_weight: 1.0              # >= 0, cluster ranking: inter-region latency to the data
+      cost_weight: 0.5                 # >= 0, cluster ranking: cost_per_core_hour
+      carbon_weight: 0.5               # >= 0, cluster ranking: carbon_g_per_kwh
 
 Every error names the file, the key (a dotted path) and the reason.
 """
@@ -73,6 +76,11 @@ class PlacementPolicy:
     spread_min_regions: int = 1
     failover: bool = True
     failover_after_s: float = 30.0
+    # How clusters are ranked for a workload (see controlplane/federation/placement.py): each
+    # factor is min-max normalised over the eligible clusters, then weighted.
+    latency_weight: float = 1.0
+    cost_weight: float = 0.5
+    carbon_weight: float = 0.5
 
 
 @dataclass(slots=True)
@@ -259,7 +267,19 @@ def parse_federation(data: Any, *, source: str = "<federation>") -> FederationCo
     policy = PlacementPolicy()
     if "placement" in root:
         raw_policy = r.mapping(root["placement"], "placement")
-        r.unknown(raw_policy, {"divide", "spread_min_regions", "failover", "failover_after_s"}, "placement")
+        r.unknown(
+            raw_policy,
+            {
+                "divide",
+                "spread_min_regions",
+                "failover",
+                "failover_after_s",
+                "latency_weight",
+                "cost_weight",
+                "carbon_weight",
+            },
+            "placement",
+        )
         divide = raw_policy.get("divide", "capacity")
         if divide not in ("capacity", "weights"):
             raise r.fail("placement.divide", f"must be 'capacity' or 'weights', got {divide!r}")
@@ -280,6 +300,9 @@ def parse_federation(data: Any, *, source: str = "<federation>") -> FederationCo
             policy.failover = raw_policy["failover"]
         if "failover_after_s" in raw_policy:
             policy.failover_after_s = r.number(raw_policy["failover_after_s"], "placement.failover_after_s")
+        for weight_key in ("latency_weight", "cost_weight", "carbon_weight"):
+            if weight_key in raw_policy:
+                setattr(policy, weight_key, r.number(raw_policy[weight_key], f"placement.{weight_key}"))
 
     return FederationConfig(
         clusters=clusters, default_cluster=default, latency_ms=latency, placement=policy, source=source

@@ -49,6 +49,8 @@ class PlacementOutcome:
 
     choices: list[ReplicaChoice] = field(default_factory=list)
     unschedulable_reason: str = ""
+    # Lower-priority replicas (workload id, replica) evicted to make room; the hub stops them.
+    victims: list[tuple[str, int]] = field(default_factory=list)
 
 
 class Placer(Protocol):
@@ -76,6 +78,14 @@ class Placer(Protocol):
     ) -> None:
         """Re-reserve a placement found in the store (hub restart)."""
 
+    def allocated(self, node: str) -> dict[str, Any]:
+        """What placements hold on a node (for the API)."""
+        ...
+
+    def capacity(self, node: str) -> dict[str, Any]:
+        """What a node offers: cpu, memory, gpus, dpu."""
+        ...
+
 
 @dataclass(slots=True)
 class _Usage:
@@ -101,6 +111,18 @@ class FitPlacer:
     def set_node_ready(self, name: str, ready: bool) -> None:
         if name in self.nodes:
             self.nodes[name].ready = ready
+
+    def allocated(self, node: str) -> dict[str, Any]:
+        usage = self.usage.get(node)
+        if usage is None:
+            return {}
+        return {"cpu": round(usage.cpu, 6), "memory": usage.memory, "gpus": len(usage.gpus), "dpu": usage.dpu}
+
+    def capacity(self, node: str) -> dict[str, Any]:
+        known = self.nodes.get(node)
+        if known is None:
+            return {}
+        return {"cpu": known.cpu, "memory": known.memory, "gpus": known.gpus, "dpu": known.dpu}
 
     def set_node_power(self, name: str, power_source: str, battery_percent: float | None) -> None:
         if name in self.nodes:

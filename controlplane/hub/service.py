@@ -11,6 +11,7 @@ misses its lease goes NotReady; its active placements become Lost and the replic
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -36,7 +37,7 @@ from controlplane.bus.messages import (
 )
 from controlplane.errors import NotFoundError
 from controlplane.federation.config import FederationConfig
-from controlplane.hub.placement import FitPlacer, PlacementNode, Placer
+from controlplane.hub.placement import FitPlacer, PlacementNode, Placer, ReplicaChoice
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.store.models import ClusterRow, NodeRow, PlacementRow, WorkloadRow
 from controlplane.store.store import ACTIVE_PLACEMENT, TERMINAL_PLACEMENT, Store
@@ -61,6 +62,8 @@ class HubSettings:
     command_timeout_s: float = 2.0
     nats_connect_within_s: float = 30.0
     function_policy: str = "edgeplane"
+    scheduler: str = "edgeplane"  # a scheduling profile name, or "fit" (filter + least-allocated)
+    bid_deadline_ms: float = 50.0  # how long the bid round waits for local policies; 0: no bids
     hub_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 
@@ -104,7 +107,7 @@ class Hub:
         self.settings = settings
         self.store = store
         self.federation = settings.federation
-        self.placer: Placer = placer or FitPlacer()
+        self.placer: Placer = placer or make_placer(settings.scheduler, settings.federation)
         self.nodes: dict[str, NodeLive] = {}
         self.bus = HubBus(
             default_url=settings.nats_url,
@@ -565,17 +568,11 @@ class Hub:
             await self._refresh_workload(s, workload_id)
 
     def node_capacity(self, node: str) -> dict[str, Any]:
-        """What a node offers (cpu, memory, gpus, dpu), as the placer knows it."""
-        known = getattr(self.placer, "nodes", {}).get(node)
-        if known is None:
-            return {}
-        return {"cpu": known.cpu, "memory": known.memory, "gpus": known.gpus, "dpu": known.dpu}
+        """What a node offers (cpu, memory, gpus, dpu), as placement knows it."""
+        return self.placer.capacity(node)
 
     def allocated(self, node: str) -> dict[str, Any]:
-        usage = getattr(self.placer, "usage", {}).get(node)
-        if usage is None:
-            return {}
-        return {"cpu": round(usage.cpu, 6), "memory": usage.memory, "gpus": len(usage.gpus), "dpu": usage.dpu}
+        return self.placer.allocated(node)
 
     # --- the reconcile loop ---------------------------------------------------------------
 
@@ -657,6 +654,8 @@ class Hub:
                     continue
                 spec = WorkloadSpec.from_stored(workload.spec)
                 outcome = self.placer.place(workload.id, spec, missing)
+                if self.settings.bid_deadline_ms > 0 and outcome.choices:
+                    outcome.choices = [await self._with_bids(workload.id, spec, c) for c in outcome.choices]
                 now = time.time()
                 for choice in outcome.choices:
                     attempt = latest[choice.replica].attempt + 1 if choice.replica in latest else 1
@@ -684,6 +683,8 @@ class Hub:
                         f"replica {choice.replica} -> {choice.node} (attempt {attempt})",
                         {"node": choice.node, "replica": choice.replica},
                     )
+                if outcome.victims:
+                    await self._preempt(s, outcome.victims, by=workload)
                 if outcome.choices:
                     await s.flush()
                     workload.message = outcome.unschedulable_reason
@@ -694,6 +695,54 @@ class Hub:
                     Store.add_event(
                         s, "FailedScheduling", "workload", workload.id, outcome.unschedulable_reason
                     )
+
+    async def _with_bids(self, workload_id: str, spec: WorkloadSpec, choice: ReplicaChoice) -> ReplicaChoice:
+        """Let the candidates' local policies bid; move the replica if another node wins."""
+        from controlplane.hub.bidding import run_bid_round
+
+        result = await run_bid_round(
+            self, workload_id, spec, choice, deadline_ms=self.settings.bid_deadline_ms
+        )
+        if result is None:
+            return choice
+        bids = {"decided_by": result.decided_by, "winner": result.winner, "candidates": result.table}
+        if result.winner != choice.node:
+            self.placer.release(workload_id, choice.replica)
+            pinned = dataclasses.replace(
+                spec, affinity=dataclasses.replace(spec.affinity, nodes=[result.winner])
+            )
+            moved = self.placer.place(workload_id, pinned, [choice.replica])
+            if moved.choices:
+                choice = moved.choices[0]
+            else:  # the winner no longer fits (raced): keep the scheduler's choice
+                again = self.placer.place(workload_id, spec, [choice.replica])
+                if not again.choices:
+                    raise RuntimeError("replica could not be placed again after a bid round")
+                choice = again.choices[0]
+                bids["decided_by"] = "scheduler (winner no longer fits)"
+        choice.explanation = {**choice.explanation, "bids": bids}
+        return choice
+
+    async def _preempt(self, s: AsyncSession, victims: list[tuple[str, int]], *, by: WorkloadRow) -> None:
+        """Stop replicas the scheduler evicted for ``by``; they return to Pending when stopped."""
+        for workload_id, replica in victims:
+            rows = await s.scalars(
+                select(PlacementRow).where(
+                    PlacementRow.workload_id == workload_id,
+                    PlacementRow.replica == replica,
+                    PlacementRow.status.in_(ACTIVE_PLACEMENT),
+                )
+            )
+            active = list(rows)
+            self._request_stops(active, f"preempted by {by.name} ({by.id}, priority {by.priority})")
+            Store.add_event(
+                s,
+                "Preempted",
+                "workload",
+                workload_id,
+                f"replica {replica} preempted by {by.name} (priority {by.priority})",
+                {"by": by.id},
+            )
 
     async def _flush_nodes(self) -> None:
         dirty = [n for n in self.nodes.values() if n.dirty]
@@ -796,6 +845,15 @@ class Hub:
                     await self._end_placement(s, placement, "Cancelled", placement.message or "cancelled")
                 elif ack.accepted:
                     placement.stop_acked = True
+
+
+def make_placer(name: str, federation: FederationConfig) -> Placer:
+    """``fit`` is the first placer; any other name is a scheduling-framework profile."""
+    if name == "fit":
+        return FitPlacer()
+    from controlplane.hub.framework_placer import FrameworkPlacer
+
+    return FrameworkPlacer(name, federation)
 
 
 def _gpu_dict(gpu: Any) -> dict[str, Any]:

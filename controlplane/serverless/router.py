@@ -8,30 +8,37 @@ For every node that may run the function, three ways to serve the invocation are
 
 The cost is the expected latency plus the energy term of the placement reward: ``w3`` times the
 energy the choice spends (a cold start's initialisation plus the execution, in ms of work), with
-``w3`` raised on battery-powered nodes, more as the battery drains. The cheapest option wins; ties
-go to the node with fewer invocations in flight.
+``w3`` from the reward module's adaptive rule: raised on battery, more as the battery drains.
+The cheapest option wins; ties go to the node with fewer invocations in flight.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from controlplane.scheduling.reward import RewardConfig, energy_weight
+
 __all__ = ["EnergyWeights", "NodeOption", "Route", "RouteOption", "route"]
 
 
 @dataclass(slots=True)
 class EnergyWeights:
-    """The energy weight w3: ``mains`` on mains power; on battery it rises as the level falls."""
+    """The energy weight w3 of the placement reward, per node, in routing units.
 
-    mains: float = 0.05
-    battery_full: float = 0.5
-    battery_empty: float = 2.0
+    ``w3`` comes from the reward module's adaptive rule (``energy_weight``: the configured w3 on
+    mains, raised on battery and more as the battery drains); ``scale`` converts it to
+    milliseconds of latency per millisecond of work spent, the router's unit.
+    """
+
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    scale: float = 0.05
 
     def w3(self, power_source: str, battery_percent: float | None) -> float:
-        if power_source != "battery":
-            return self.mains
-        level = 50.0 if battery_percent is None else max(0.0, min(100.0, battery_percent))
-        return self.battery_empty + (self.battery_full - self.battery_empty) * level / 100.0
+        on_battery = np.array([1.0 if power_source == "battery" else 0.0])
+        level = np.array([np.nan if battery_percent is None else battery_percent])
+        return self.scale * float(energy_weight(self.reward, on_battery, level)[0])
 
 
 @dataclass(slots=True)

@@ -1,0 +1,8 @@
+"""Deterministic discrete-event simulator driving the real scheduler (``controlplane simulate``).
+
+Modules: ``presets`` (fleets, workload mixes, physics knobs), ``workload`` (seeded arrivals),
+``network`` (true links), ``engine`` (the event loop and node physics), ``metrics``, ``runner``,
+``report`` and ``cli``. See ``docs/bench-scheduling.md``.
+"""
+
+__all__: list[str] = []

@@ -181,7 +181,8 @@ async def test_a_restarted_hub_recovers_from_the_store_and_the_agents_reports(
             sleeping = await api.post_workload({"name": "keeps-running", "command": ["sleep", "60"]})
             await api.wait_status(finishing, "Running")
             await api.wait_status(sleeping, "Running")
-        await asyncio.sleep(1.5)
+        runner = agents[0].agent.runner
+        await wait_for(lambda: _async(any(p.state == "Succeeded" for p in runner.states())), bool, timeout=10)
         assert agents[0].agent.outbox, "the final report could not be delivered while the hub was down"
         async with running_hub(nats_server.url, sqlite_url) as (running, api):
             done = await api.wait_status(finishing, "Succeeded")

@@ -1,0 +1,129 @@
+"""Asking candidate nodes' local policies before binding a replica (the bid round).
+
+For one replica the scheduler proposes a node and its top alternatives, each with the hub's
+estimate of the placement reward. The hub asks every candidate that runs a local policy for a
+bid (NATS requests in parallel, one deadline for all). A node that answers *decline* is out; a
+node that answers *accept* is valued at its bid's score (its expected reward under its own
+weights, which rise with w3 on battery); a node that does not answer in time is valued at the
+hub's own reward estimate. The best value wins. When nothing can be compared (no estimates and
+no accepting bid), the scheduler's choice stands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from controlplane.bus.messages import BidRequestV1, BidV1, MessageError, OfferSpec, decode, encode
+from controlplane.hub.placement import ReplicaChoice
+from controlplane.hub.spec import WorkloadSpec
+
+if TYPE_CHECKING:
+    from controlplane.hub.service import Hub
+
+__all__ = ["BidOutcome", "run_bid_round"]
+
+
+@dataclass(slots=True)
+class BidOutcome:
+    winner: str
+    decided_by: str  # bid | hub-estimate | scheduler
+    table: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _candidates(choice: ReplicaChoice) -> list[dict[str, Any]]:
+    explanation = choice.explanation
+    entries = [explanation.get("chosen"), *(explanation.get("alternatives") or [])]
+    found = []
+    for entry in entries:
+        if isinstance(entry, dict) and isinstance(entry.get("node"), str):
+            reward = entry.get("reward")
+            found.append(
+                {
+                    "node": entry["node"],
+                    "hub_reward": reward.get("total") if isinstance(reward, dict) else None,
+                }
+            )
+    if not found or found[0]["node"] != choice.node:
+        found.insert(0, {"node": choice.node, "hub_reward": None})
+    return found
+
+
+async def _ask(hub: Hub, node: str, request: BidRequestV1, deadline_s: float) -> BidV1 | None:
+    live = hub.nodes.get(node)
+    if live is None:
+        return None
+    subject = hub.bus.subjects(live.cluster).bid(node)
+    try:
+        data = await hub.bus.request(live.cluster, subject, encode(request), deadline_s=deadline_s)
+        bid = decode(data, BidV1)
+    except MessageError:
+        hub.bus.malformed["bid"] += 1
+        return None
+    except Exception:  # timeout, no responders, no connection: fall back to the hub's estimate
+        return None
+    return bid if bid.request_id == request.request_id else None
+
+
+async def run_bid_round(
+    hub: Hub, workload_id: str, spec: WorkloadSpec, choice: ReplicaChoice, *, deadline_ms: float
+) -> BidOutcome | None:
+    """The node this replica should go to, or None when no candidate runs a local policy."""
+    candidates = _candidates(choice)
+    asked = [
+        c for c in candidates if (hub.nodes.get(c["node"]) and hub.nodes[c["node"]].telemetry.get("policy"))
+    ]
+    if not asked:
+        return None
+    resources = spec.resources
+    offer = OfferSpec(
+        cpu=resources.cpu,
+        memory=resources.memory,
+        gpu=resources.gpu,
+        mig=list(resources.mig),
+        dpu=resources.dpu,
+        kind={"inference": "service"}.get(spec.kind, spec.kind),
+        sla_s=spec.sla_latency_s,
+        runtime_s=spec.timeout_s,
+        priority=spec.priority,
+    )
+    request = BidRequestV1(
+        request_id=uuid.uuid4().hex,
+        workload_id=workload_id,
+        replica=choice.replica,
+        offer=offer,
+        deadline_ms=deadline_ms,
+    )
+    bids = await asyncio.gather(*(_ask(hub, c["node"], request, deadline_ms / 1000) for c in asked))
+    by_node = {c["node"]: bid for c, bid in zip(asked, bids, strict=True)}
+    table = []
+    best: tuple[float, str, str] | None = None
+    for candidate in candidates:
+        node = candidate["node"]
+        bid = by_node.get(node)
+        row: dict[str, Any] = {"node": node, "asked": node in by_node, "hub_reward": candidate["hub_reward"]}
+        value: float | None
+        if bid is not None:
+            row.update(
+                answered=True,
+                accept=bid.accept,
+                score=bid.score,
+                action=bid.action,
+                accelerator=bid.accelerator,
+                source=bid.source,
+                weights=bid.weights,
+                latency_us=bid.latency_us,
+            )
+            value, how = (bid.score, "bid") if bid.accept else (None, "")
+        else:
+            row["answered"] = False
+            value, how = candidate["hub_reward"], "hub-estimate"
+        row["value"] = value
+        table.append(row)
+        if value is not None and (best is None or value > best[0]):
+            best = (value, node, how)
+    if best is None:
+        return BidOutcome(winner=choice.node, decided_by="scheduler", table=table)
+    return BidOutcome(winner=best[1], decided_by=best[2], table=table)

@@ -1,0 +1,180 @@
+"""The hub's :class:`~controlplane.hub.placement.Placer` on top of the scheduling framework.
+
+Translates the hub's node and workload records into the scheduler's model and back, so the
+live hub runs exactly the scheduler the simulator measures (``controlplane.scheduling``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controlplane.federation.config import FederationConfig
+from controlplane.hub.placement import PlacementNode, PlacementOutcome, ReplicaChoice
+from controlplane.hub.spec import WorkloadSpec
+from controlplane.scheduling.model import (
+    Affinity,
+    AntiAffinity,
+    Assignment,
+    GpuDevice,
+    NodeState,
+    WorkloadRequest,
+)
+from controlplane.scheduling.scheduler import Scheduler
+
+__all__ = ["FrameworkPlacer", "to_request"]
+
+# The hub's workload kinds -> the scheduler's.
+_KIND = {"batch": "batch", "service": "service", "analytics": "analytics", "inference": "service"}
+
+
+def to_request(workload_id: str, spec: WorkloadSpec) -> WorkloadRequest:
+    return WorkloadRequest(
+        id=workload_id,
+        name=spec.name,
+        resources=spec.resources,
+        replicas=spec.replicas,
+        priority=spec.priority,
+        affinity=Affinity(
+            clusters=list(spec.affinity.clusters),
+            regions=list(spec.affinity.regions),
+            nodes=list(spec.affinity.nodes),
+            node_labels=dict(spec.affinity.node_labels),
+        ),
+        anti_affinity=AntiAffinity(
+            clusters=list(spec.anti_affinity.clusters),
+            nodes=list(spec.anti_affinity.nodes),
+            regions=list(spec.anti_affinity.regions),
+        ),
+        gang=spec.gang,
+        kind=_KIND.get(spec.kind, "batch"),
+        sla_latency_s=spec.sla_latency_s,
+        expected_runtime_s=spec.timeout_s,
+    )
+
+
+class FrameworkPlacer:
+    """Placer backed by :class:`Scheduler` with a named (or inline) profile."""
+
+    def __init__(
+        self, profile: str | dict[str, Any] = "edgeplane", federation: FederationConfig | None = None
+    ) -> None:
+        self.scheduler = Scheduler(profile, federation)
+        self.nodes: dict[str, PlacementNode] = {}
+
+    def upsert_node(self, node: PlacementNode) -> None:
+        self.nodes[node.name] = node
+        self.scheduler.upsert_node(self._state(node))
+
+    @staticmethod
+    def _state(node: PlacementNode) -> NodeState:
+        gpus = [
+            GpuDevice(
+                index=i,
+                memory_bytes=node.gpu_memory_bytes[i] if i < len(node.gpu_memory_bytes) else 40 * 2**30,
+            )
+            for i in range(node.gpus)
+        ]
+        node_type = node.node_type if node.node_type in ("cpu", "gpu", "dpu", "edge") else "edge"
+        return NodeState(
+            name=node.name,
+            cluster=node.cluster,
+            region=node.region,
+            labels=dict(node.labels),
+            ready=node.ready,
+            cpu=node.cpu,
+            memory=node.memory,
+            gpus=gpus,
+            dpus=node.dpu,
+            node_type=node_type,
+            power_source=node.power_source,
+            battery_percent=node.battery_percent,
+        )
+
+    def set_node_ready(self, name: str, ready: bool) -> None:
+        if name in self.nodes:
+            self.nodes[name].ready = ready
+            self.scheduler.set_node_ready(name, ready)
+
+    def set_node_power(self, name: str, power_source: str, battery_percent: float | None) -> None:
+        node = self.nodes.get(name)
+        if node is None:
+            return
+        node.power_source = power_source
+        node.battery_percent = battery_percent
+        self.scheduler.upsert_node(self._state(node))
+
+    def place(self, workload_id: str, spec: WorkloadSpec, replicas: list[int]) -> PlacementOutcome:
+        request = to_request(workload_id, spec)
+        decision = self.scheduler.schedule(request, replicas=replicas, enqueue=False)
+        outcome = PlacementOutcome()
+        for placement in decision.placements:
+            if placement.node is None or placement.assignment is None or placement.replica not in replicas:
+                continue
+            outcome.choices.append(
+                ReplicaChoice(
+                    replica=placement.replica,
+                    node=placement.node,
+                    cluster=placement.cluster or self.nodes[placement.node].cluster,
+                    assignment=self._assignment_json(placement.assignment),
+                    explanation=_replica_explanation(decision.explanation, placement.replica),
+                )
+            )
+        outcome.victims = [(v.workload_id, v.replica) for v in decision.victims]
+        if len(outcome.choices) < len(replicas):
+            outcome.unschedulable_reason = decision.status.message() or "no node fits"
+        return outcome
+
+    @staticmethod
+    def _assignment_json(assignment: Assignment) -> dict[str, Any]:
+        data = assignment.to_dict()
+        # The agent reads gpu_indices (CUDA_VISIBLE_DEVICES); MIG slices name their parent GPU.
+        data["gpu_indices"] = sorted(set(data["gpus"]) | {m["gpu"] for m in data["mig"]})
+        return data
+
+    def release(self, workload_id: str, replica: int) -> None:
+        self.scheduler.release(workload_id, replica)
+
+    def reserve_existing(
+        self, workload_id: str, replica: int, node: str, spec: WorkloadSpec, assignment: dict[str, Any]
+    ) -> None:
+        if "cpu" in assignment and "memory" in assignment:
+            parsed = Assignment.from_dict(assignment)
+        else:  # placed by an older placer: rebuild from the request
+            parsed = Assignment(
+                cpu=spec.resources.cpu,
+                memory=spec.resources.memory,
+                gpus=tuple(int(i) for i in assignment.get("gpu_indices", [])),
+            )
+        request = to_request(workload_id, spec)
+        self.scheduler.reserve_existing(
+            workload_id, replica, node, parsed, priority=spec.priority, kind=request.kind, request=request
+        )
+
+    def allocated(self, node: str) -> dict[str, Any]:
+        try:
+            state = self.scheduler.node(node)
+        except KeyError:
+            return {}
+        return {
+            "cpu": round(state.cpu_allocated, 6),
+            "memory": state.memory_allocated,
+            "gpus": len(state.gpus_allocated),
+            "mig": [m.to_dict() for m in state.mig_allocated],
+            "dpu": len(state.dpus_allocated),
+        }
+
+    def capacity(self, node: str) -> dict[str, Any]:
+        known = self.nodes.get(node)
+        if known is None:
+            return {}
+        return {"cpu": known.cpu, "memory": known.memory, "gpus": known.gpus, "dpu": known.dpu}
+
+
+def _replica_explanation(explanation: dict[str, Any], replica: int) -> dict[str, Any]:
+    """The part of a decision's explanation about one replica (the whole one if not split)."""
+    per_replica = explanation.get("replicas")
+    if isinstance(per_replica, list):
+        for entry in per_replica:
+            if isinstance(entry, dict) and entry.get("replica") == replica:
+                return {**{k: v for k, v in explanation.items() if k != "replicas"}, **entry}
+    return dict(explanation)

@@ -1,0 +1,1 @@
+"""Trainer side of the edge agent's local policy: environment, training, export, quantisation."""

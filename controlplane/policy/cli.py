@@ -1,0 +1,213 @@
+"""``controlplane policy train|export|eval``: build and measure the edge agent's local policy.
+
+* ``train``: draw training and validation states (cached as ``.npz`` in ``--work-dir``), distil
+  the reward argmax into the MLP, optionally fine-tune, write ``weights.npz`` and a report;
+* ``export``: fp32 ONNX, int8 candidates (static QDQ calibrated on environment states, and
+  dynamic), measured on held-out seeds; the best is shipped with ``metadata.json``;
+* ``eval``: the shipped models against the heuristic and baselines on held-out seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["configure", "run"]
+
+DEFAULT_WORK_DIR = "build/policy"
+DEFAULT_MODEL_DIR = str(Path(__file__).resolve().parents[2] / "edge_agent" / "policy" / "model")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="policy_command", metavar="ACTION")
+    sub.required = True
+    train = sub.add_parser("train", help="distil the reward argmax into the MLP policy")
+    train.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="datasets, weights, reports")
+    train.add_argument("--seed", type=int, default=0, help="initialisation and batching seed")
+    train.add_argument("--train-seeds", type=int, default=24, help="environment seeds 0..N-1")
+    train.add_argument("--states-per-seed", type=int, default=1000)
+    train.add_argument("--weights-per-state", type=int, default=4)
+    train.add_argument("--val-states", type=int, default=2000)
+    train.add_argument("--steps", type=int, default=12000)
+    train.add_argument("--hidden", default="128,128", help="hidden layer sizes, comma-separated")
+    train.add_argument("--finetune-steps", type=int, default=0, help="REINFORCE steps after distillation")
+    train.add_argument(
+        "--dp-epsilon", type=float, default=0.1, help="Laplace epsilon for fine-tuning rewards"
+    )
+    export = sub.add_parser("export", help="write fp32 + int8 ONNX and metadata.json")
+    export.add_argument("--work-dir", default=DEFAULT_WORK_DIR)
+    export.add_argument("--model-dir", default=DEFAULT_MODEL_DIR)
+    export.add_argument("--eval-seeds", type=int, default=3, help="held-out seeds (1000 states each)")
+    export.add_argument("--calibration-states", type=int, default=1000)
+    ev = sub.add_parser("eval", help="compare the shipped policy with the heuristic and baselines")
+    ev.add_argument("--model-dir", default=DEFAULT_MODEL_DIR)
+    ev.add_argument("--eval-seeds", type=int, default=3, help="held-out seeds (1000 states each)")
+    ev.add_argument("--json", dest="json_path", help="also write the result as JSON here")
+
+
+def _say(message: str) -> None:
+    print(f"[policy] {message}", file=sys.stderr, flush=True)
+
+
+def _cached(path: Path, make: Any) -> Any:
+    from controlplane.policy.env import Samples
+
+    if path.exists():
+        _say(f"using cached {path}")
+        return Samples.load(str(path))
+    started = time.perf_counter()
+    samples = make()
+    samples.save(str(path))
+    _say(f"drew {len(samples)} rows in {time.perf_counter() - started:.1f} s -> {path}")
+    return samples
+
+
+def _held_out(n_seeds: int, keep_cases: bool = False) -> Any:
+    from controlplane.policy.env import EVAL_SEED_BASE, generate
+
+    return generate(range(EVAL_SEED_BASE, EVAL_SEED_BASE + n_seeds), 1000, keep_cases=keep_cases)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from controlplane.policy.env import generate
+    from controlplane.policy.train import TrainConfig, finetune, train
+
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    cfg = TrainConfig(
+        seed=args.seed,
+        train_seeds=args.train_seeds,
+        states_per_seed=args.states_per_seed,
+        weights_per_state=args.weights_per_state,
+        val_states=args.val_states,
+        steps=args.steps,
+        hidden=tuple(int(h) for h in args.hidden.split(",") if h),
+        finetune_steps=args.finetune_steps,
+        dp_epsilon=args.dp_epsilon,
+    )
+    data = _cached(
+        work / f"train-{cfg.train_seeds}x{cfg.states_per_seed}x{cfg.weights_per_state}.npz",
+        lambda: generate(
+            range(cfg.train_seeds), cfg.states_per_seed, weights_per_state=cfg.weights_per_state
+        ),
+    )
+    val = _cached(
+        work / f"val-{cfg.val_seed_base}-{cfg.val_states}.npz",
+        lambda: generate([cfg.val_seed_base], cfg.val_states),
+    )
+    model, report = train(cfg, data, val, log=_say)
+    if cfg.finetune_steps:
+        model, report["finetune"] = finetune(cfg, model, data, val, log=_say)
+    model.save(str(work / "weights.npz"))
+    (work / "train-report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    _say(f"wrote {work / 'weights.npz'} ({model.n_params()} parameters)")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from controlplane.policy.env import EVAL_SEED_BASE, generate
+    from controlplane.policy.evaluate import evaluate_policies
+    from controlplane.policy.export import OPSET, export_onnx, node_names
+    from controlplane.policy.quantize import (
+        choose,
+        measure,
+        quantize_candidates,
+        run_batch,
+        session,
+        write_metadata,
+    )
+    from controlplane.policy.train import MLP
+
+    work = Path(args.work_dir)
+    model_dir = Path(args.model_dir)
+    model = MLP.load(str(work / "weights.npz"))
+    report = json.loads((work / "train-report.json").read_text(encoding="utf-8"))
+    fp32 = export_onnx(model, work / "local_policy.fp32.onnx")
+    # Calibration seeds sit between training (< 24 by default) and validation/evaluation seeds.
+    calib = _cached(
+        work / f"calib-{args.calibration_states}.npz",
+        lambda: generate([5000], args.calibration_states, with_terms=False),
+    )
+    held = _cached(work / f"eval-{args.eval_seeds}.npz", lambda: _held_out(args.eval_seeds))
+    candidates = quantize_candidates(fp32, work / "int8", calib.x, node_names(model)[0])
+    ref, rows = measure(fp32, candidates, held)
+    best = choose(rows)
+    for row in rows:
+        _say(
+            f"{row['name']}: agreement with fp32 {100 * row['agreement_with_fp32']:.2f}%, "
+            f"mean R {row['mean_reward']:.4f} (fp32 {ref['mean_reward']:.4f}), {row['bytes']} B, "
+            f"bare p50 {row['bare_p50_us']:.1f} us"
+        )
+    _say(f"keeping {best['name']}")
+    model_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(candidates[best["name"]], model_dir / "local_policy.int8.onnx")
+    shutil.copyfile(fp32, model_dir / "local_policy.fp32.onnx")
+    evaluation = evaluate_policies(
+        held,
+        {
+            "learned-int8": run_batch(session(model_dir / "local_policy.int8.onnx"), held.x),
+            "learned-fp32": run_batch(session(model_dir / "local_policy.fp32.onnx"), held.x),
+        },
+    )
+    body = {
+        "model": {
+            "input": "features",
+            "outputs": ["q", "logits"],
+            "layers": list(model.sizes),
+            "n_params": model.n_params(),
+            "opset": OPSET,
+            "quantization": {"chosen": best["name"], "fp32": ref, "candidates": rows},
+        },
+        "training": report,
+        "evaluation": {
+            "held_out_seeds": f"{EVAL_SEED_BASE}..{EVAL_SEED_BASE + args.eval_seeds - 1} x 1000 states "
+            "(one weight draw each)",
+            **evaluation,
+        },
+    }
+    path = write_metadata(model_dir, body)
+    _say(f"wrote {path}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from controlplane.policy.evaluate import evaluate_policies, format_table
+    from controlplane.policy.quantize import run_batch, session
+
+    model_dir = Path(args.model_dir)
+    held = _held_out(args.eval_seeds)
+    learned = {}
+    for name, file in (
+        ("learned-int8", "local_policy.int8.onnx"),
+        ("learned-fp32", "local_policy.fp32.onnx"),
+    ):
+        if (model_dir / file).exists():
+            learned[name] = run_batch(session(model_dir / file), held.x)
+    result = evaluate_policies(held, learned)
+    if "learned-int8" in learned and "learned-fp32" in learned:
+        from controlplane.policy.train import split_heads
+        from edge_agent.policy.actions import select_from_logits
+
+        a8 = select_from_logits(split_heads(learned["learned-int8"])[1], held.mask)
+        a32 = select_from_logits(split_heads(learned["learned-fp32"])[1], held.mask)
+        result["int8_fp32_agreement"] = float((a8 == a32).mean())
+    print(format_table(result))
+    if "int8_fp32_agreement" in result:
+        print(f"int8 vs fp32 agreement: {100 * result['int8_fp32_agreement']:.2f}%")
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    command = args.policy_command
+    if command == "train":
+        return _train(args)
+    if command == "export":
+        return _export(args)
+    return _eval(args)

@@ -1,0 +1,299 @@
+"""The action space and its mask.
+
+An action places one replica: (node, CPU quota bin, memory quota bin, accelerator assignment),
+where the accelerator assignment is a set of whole GPUs, MIG instances (GPU, profile, start
+slice) or DPUs. :meth:`ActionSpace.analyse` counts, per node, how many actions exist and how many
+are feasible now (capacity, MIG placement rules, free devices), without enumerating them; the
+difference is what the mask removes. :meth:`ActionSpace.candidates` then reduces each feasible
+node to one action, choosing the accelerator by the profile's policy:
+
+* ``first_fit``: lowest free GPU / lowest legal MIG start (what a device plugin does);
+* ``best_fit``: the MIG start that loses the least fragmentation value (see :mod:`.mig`).
+
+Scores rank those per-node actions, so scoring costs O(nodes), not O(actions).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from controlplane.resources import ResourceRequest
+from controlplane.scheduling.framework import BoolArray, Code, FloatArray, IntArray, Rejection
+from controlplane.scheduling.mig import COMPUTE_SLICES, MIG_SPECS, VALUE_TABLE
+from controlplane.scheduling.model import Assignment, MigSlice
+from controlplane.scheduling.nodetable import NodeTable
+
+__all__ = [
+    "ACCELERATOR_POLICIES",
+    "ActionSpace",
+    "ActionSpaceConfig",
+    "Candidates",
+    "NodeActions",
+]
+
+ACCELERATOR_POLICIES = ("first_fit", "best_fit")
+_EMPTY_GPU_VALUE = float(VALUE_TABLE[0, 0])
+# comb(n, k) for device counts up to 64 (the request limit), so counting is a table lookup.
+_COMB = np.array([[math.comb(n, k) for k in range(65)] for n in range(65)], dtype=np.int64)
+
+
+def _comb(counts: IntArray, k: int) -> IntArray:
+    result: IntArray = _COMB[np.clip(counts, 0, 64), k]
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpaceConfig:
+    """Quota bins (multiples of the request) and the accelerator choice policy."""
+
+    cpu_bins: tuple[float, ...] = (1.0,)
+    memory_bins: tuple[float, ...] = (1.0,)
+    accelerator_policy: str = "first_fit"
+
+    def __post_init__(self) -> None:
+        if self.accelerator_policy not in ACCELERATOR_POLICIES:
+            raise ValueError(f"accelerator_policy must be one of {ACCELERATOR_POLICIES}")
+        if not self.cpu_bins or not self.memory_bins or min(self.cpu_bins + self.memory_bins) <= 0:
+            raise ValueError("quota bins must be non-empty and positive")
+
+
+@dataclass(slots=True)
+class NodeActions:
+    """Per-node action counts for one replica, and why nodes have none."""
+
+    total: IntArray
+    feasible: IntArray
+    rejections: list[Rejection]
+    # Per node: the smallest feasible CPU / memory bin multiplier (nan where none).
+    cpu_bin: FloatArray
+    memory_bin: FloatArray
+    mig_ok: BoolArray | None = None
+
+
+@dataclass(slots=True)
+class Candidates:
+    """One action per feasible node, aligned arrays. ``rows`` index the node table."""
+
+    rows: IntArray
+    cpu: FloatArray
+    memory: FloatArray
+    gpu_units: FloatArray
+    frag_loss: FloatArray
+    gpu_cols: list[tuple[int, ...]] = field(default_factory=list)
+    mig: list[tuple[tuple[int, str, int], ...]] = field(default_factory=list)
+    dpus: int = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def assignment(self, k: int, table: NodeTable) -> Assignment:
+        """The concrete assignment of candidate ``k`` (device indices, MIG slices, DPUs)."""
+        row = int(self.rows[k])
+        gpus = tuple(table.gpu_index(row, col) for col in self.gpu_cols[k]) if self.gpu_cols else ()
+        mig = (
+            tuple(MigSlice(table.gpu_index(row, col), profile, start) for col, profile, start in self.mig[k])
+            if self.mig
+            else ()
+        )
+        dpus: tuple[int, ...] = ()
+        if self.dpus:
+            used = int(table.dpu_used[row])
+            free = [d for d in range(int(table.dpu_count[row])) if not used & (1 << d)]
+            dpus = tuple(free[: self.dpus])
+        return Assignment(cpu=float(self.cpu[k]), memory=int(self.memory[k]), gpus=gpus, mig=mig, dpus=dpus)
+
+
+def _mig_ok(mig_gpu: BoolArray, profile: str, occ: IntArray, comp: IntArray) -> BoolArray:
+    spec = MIG_SPECS[profile]
+    masks = np.array([spec.mask(s) for s in spec.starts], dtype=np.int64)
+    free = (occ[:, :, None] & masks) == 0
+    room = (comp + spec.compute <= COMPUTE_SLICES)[:, :, None]
+    result: BoolArray = mig_gpu[:, :, None] & free & room
+    return result
+
+
+def _mig_choose(
+    profile: str, ok: BoolArray, occ: IntArray, comp: IntArray, policy: str
+) -> tuple[IntArray, IntArray, FloatArray]:
+    """Per row of ``ok`` (rows, gpus, starts): chosen GPU column, start and value lost."""
+    spec = MIG_SPECS[profile]
+    starts = np.array(spec.starts, dtype=np.int64)
+    masks = np.array([spec.mask(s) for s in spec.starts], dtype=np.int64)
+    n, g, s = ok.shape
+    after_occ = occ[:, :, None] | masks
+    after_comp = np.minimum(comp + spec.compute, COMPUTE_SLICES)[:, :, None]
+    loss = (
+        VALUE_TABLE[occ, comp][:, :, None]
+        - VALUE_TABLE[after_occ, np.broadcast_to(after_comp, after_occ.shape)]
+    )
+    if policy == "best_fit":
+        ranked = np.where(ok, loss, np.inf).reshape(n, g * s)
+        flat = ranked.argmin(axis=1)
+    else:
+        flat = ok.reshape(n, g * s).argmax(axis=1)
+    cols = flat // s
+    picked = starts[flat % s]
+    lost = loss.reshape(n, g * s)[np.arange(n), flat] / _EMPTY_GPU_VALUE
+    return cols.astype(np.int64), picked, lost
+
+
+class ActionSpace:
+    """Counts, masks and reduces the actions of one replica over the node table."""
+
+    def __init__(self, config: ActionSpaceConfig | None = None) -> None:
+        self.config = config or ActionSpaceConfig()
+
+    def analyse(self, table: NodeTable, res: ResourceRequest) -> NodeActions:
+        """Per node: actions in total, actions feasible now, and resource rejections."""
+        n = len(table)
+        cfg = self.config
+        rejections: list[Rejection] = []
+        cpu_bins = np.array(sorted(cfg.cpu_bins))
+        mem_bins = np.array(sorted(cfg.memory_bins))
+        cpu_free = table.cpu_cap - table.cpu_alloc
+        mem_free = table.mem_cap - table.mem_alloc
+        eps = 1e-9
+        if len(cpu_bins) == 1 and len(mem_bins) == 1:
+            # The common case (quota = request): one comparison per resource.
+            cpu_ok = res.cpu * cpu_bins[0] <= cpu_free + eps
+            mem_ok = res.memory * mem_bins[0] <= mem_free + eps
+            n_cpu = cpu_ok.astype(np.int64)
+            n_mem = mem_ok.astype(np.int64)
+            cpu_bin = np.where(cpu_ok, cpu_bins[0], np.nan)
+            mem_bin = np.where(mem_ok, mem_bins[0], np.nan)
+        else:
+            cpu_fit = (res.cpu * cpu_bins[None, :]) <= cpu_free[:, None] + eps
+            mem_fit = (res.memory * mem_bins[None, :]) <= mem_free[:, None] + eps
+            n_cpu = cpu_fit.sum(axis=1)
+            n_mem = mem_fit.sum(axis=1)
+            cpu_bin = np.where(n_cpu > 0, cpu_bins[np.argmax(cpu_fit, axis=1)], np.nan)
+            mem_bin = np.where(n_mem > 0, mem_bins[np.argmax(mem_fit, axis=1)], np.nan)
+        cpu_never = res.cpu * cpu_bins[0] > table.cpu_cap + eps
+        mem_never = res.memory * mem_bins[0] > table.mem_cap + eps
+        rejections.append(
+            Rejection(cpu_never, "node has too little cpu", Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+        )
+        rejections.append(
+            Rejection(mem_never, "node has too little memory", Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+        )
+        rejections.append(Rejection(n_cpu == 0, "Insufficient cpu"))
+        rejections.append(Rejection(n_mem == 0, "Insufficient memory"))
+        bins_total = len(cpu_bins) * len(mem_bins)
+        acc_total = np.ones(n, dtype=np.int64)
+        acc_feasible = np.ones(n, dtype=np.int64)
+        mig_ok: BoolArray | None = None
+        if res.gpu:
+            whole = table.has_gpu & ~table.mig_gpu
+            capacity = whole.sum(axis=1)
+            free = table.free_whole_gpus()
+            acc_total *= _comb(capacity, res.gpu)
+            acc_feasible *= _comb(free, res.gpu)
+            rejections.append(
+                Rejection(capacity < res.gpu, "node has too few GPUs", Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+            )
+            rejections.append(Rejection(free < res.gpu, "Insufficient nvidia.com/gpu"))
+        if res.mig:
+            mig_gpus = table.mig_gpu.sum(axis=1)
+            rejections.append(
+                Rejection(mig_gpus == 0, "node has no MIG-enabled GPU", Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+            )
+            if len(res.mig) == 1:
+                profile = res.mig[0]
+                mig_ok = _mig_ok(table.mig_gpu, profile, table.mig_occ, table.mig_comp)
+                acc_total *= mig_gpus * len(MIG_SPECS[profile].starts)
+                feasible_mig = mig_ok.sum(axis=(1, 2))
+                acc_feasible *= feasible_mig
+                rejections.append(Rejection(feasible_mig == 0, f"Insufficient nvidia.com/mig-{profile}"))
+            else:
+                # Several instances: one greedy layout per node stands for the node's options.
+                plans = self._mig_plan(table, np.arange(n, dtype=np.int64), list(res.mig))
+                ok = np.array([plan is not None for plan in plans[0]], dtype=bool)
+                acc_total *= (mig_gpus > 0).astype(np.int64)
+                acc_feasible *= ok.astype(np.int64)
+                rejections.append(Rejection(~ok, "Insufficient nvidia.com/mig (no layout for all instances)"))
+        if res.dpu:
+            dpu_free = table.dpu_free()
+            acc_total *= _comb(table.dpu_count, res.dpu)
+            acc_feasible *= _comb(dpu_free, res.dpu)
+            rejections.append(
+                Rejection(
+                    table.dpu_count < res.dpu, "node has too few DPUs", Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                )
+            )
+            rejections.append(Rejection(dpu_free < res.dpu, "Insufficient edgeplane.io/dpu"))
+        total = bins_total * np.maximum(acc_total, 1)
+        feasible = n_cpu * n_mem * acc_feasible
+        return NodeActions(
+            total=total.astype(np.int64),
+            feasible=feasible.astype(np.int64),
+            rejections=rejections,
+            cpu_bin=cpu_bin,
+            memory_bin=mem_bin,
+            mig_ok=mig_ok,
+        )
+
+    def _mig_plan(
+        self, table: NodeTable, rows: IntArray, profiles: list[str]
+    ) -> tuple[list[tuple[tuple[int, str, int], ...] | None], FloatArray]:
+        """Greedy layout of several MIG instances per node, largest first, by the policy."""
+        occ = table.mig_occ[rows].copy()
+        comp = table.mig_comp[rows].copy()
+        alive = np.ones(len(rows), dtype=bool)
+        loss = np.zeros(len(rows))
+        chosen: list[list[tuple[int, str, int]]] = [[] for _ in rows]
+        mig_gpu = table.mig_gpu[rows]
+        for profile in sorted(profiles, key=lambda p: (-MIG_SPECS[p].compute, p)):
+            spec = MIG_SPECS[profile]
+            ok = _mig_ok(mig_gpu, profile, occ, comp)
+            has = ok.any(axis=(1, 2))
+            alive &= has
+            cols, starts, lost = _mig_choose(profile, ok, occ, comp, self.config.accelerator_policy)
+            for k in np.flatnonzero(alive):
+                chosen[k].append((int(cols[k]), profile, int(starts[k])))
+                occ[k, cols[k]] |= spec.mask(int(starts[k]))
+                comp[k, cols[k]] += spec.compute
+            loss += np.where(alive, lost, 0.0)
+        plans = [tuple(c) if alive[k] else None for k, c in enumerate(chosen)]
+        return plans, loss
+
+    def candidates(
+        self, table: NodeTable, res: ResourceRequest, actions: NodeActions, rows: IntArray
+    ) -> Candidates:
+        """One action per node in ``rows`` (which must all be feasible)."""
+        n = len(rows)
+        cpu = res.cpu * actions.cpu_bin[rows]
+        memory = np.floor(res.memory * actions.memory_bin[rows])
+        gpu_units = np.zeros(n)
+        frag = np.zeros(n)
+        cand = Candidates(
+            rows=rows, cpu=cpu, memory=memory, gpu_units=gpu_units, frag_loss=frag, dpus=res.dpu
+        )
+        if res.gpu:
+            free = table.has_gpu[rows] & ~table.mig_gpu[rows] & ~table.gpu_used[rows]
+            cand.gpu_cols = [tuple(int(c) for c in np.flatnonzero(f)[: res.gpu]) for f in free]
+            gpu_units += res.gpu
+            # Whole-GPU fragmentation: a node keeps value f(f+1)/2 for f free GPUs (it can host
+            # a 1-, 2-, ... f-GPU job); the loss of taking k of them, per GPU of the node.
+            f = free.sum(axis=1).astype(np.float64)
+            left = f - res.gpu
+            size = np.maximum(table.gpu_count[rows], 1)
+            frag += (f * (f + 1) - left * (left + 1)) / 2.0 / (size * (size + 1) / 2.0)
+        if res.mig:
+            if len(res.mig) == 1 and actions.mig_ok is not None:
+                profile = res.mig[0]
+                occ = table.mig_occ[rows]
+                comp = table.mig_comp[rows]
+                cols, starts, lost = _mig_choose(
+                    profile, actions.mig_ok[rows], occ, comp, self.config.accelerator_policy
+                )
+                cand.mig = [((int(c), profile, int(s)),) for c, s in zip(cols, starts, strict=True)]
+                frag += lost
+            else:
+                plans, lost = self._mig_plan(table, rows, list(res.mig))
+                cand.mig = [plan or () for plan in plans]
+                frag += lost
+            gpu_units += sum(MIG_SPECS[p].compute for p in res.mig) / COMPUTE_SLICES
+        return cand

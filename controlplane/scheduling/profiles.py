@@ -1,0 +1,274 @@
+"""Placement profiles: which plugins run, with which weights and args. Configuration, not code.
+
+A profile is a mapping (or a YAML file holding one)::
+
+    name: my-profile
+    plugins:                       # order matters for filters and post-filters
+      - name: NodeReady
+      - name: NodeResourcesFit
+      - name: NodeResourcesLeastAllocated
+        weight: 1                  # score weight (default 1)
+        args: {resources: {cpu: 1, memory: 1}}
+      - name: DefaultPreemption
+    action_space:
+      cpu_bins: [1.0]              # CPU quota bins, multiples of the request
+      memory_bins: [1.0]
+      accelerator_policy: first_fit   # first_fit | best_fit
+    percentage_of_nodes_to_score: 0   # 0: adaptive as kube-scheduler; 1-100: fixed share
+    tie_break: random              # random (seeded, as kube) | first
+    reward: {...}                  # the reward block, see reward.py (used by MultiObjective)
+
+A plugin takes part in every extension point it implements (like kube's ``multiPoint``).
+Built-in profiles: ``default`` (kube-scheduler's default scoring), ``binpack`` (Volcano's
+binpack), ``edgeplane`` (the multi-objective reward) and ``edgeplane-fixed`` (the same with the
+adaptive energy weight switched off, for battery comparisons).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controlplane.errors import ConfigError
+from controlplane.scheduling.actions import ACCELERATOR_POLICIES, ActionSpaceConfig
+from controlplane.scheduling.plugins.registry import REGISTRY
+from controlplane.scheduling.reward import RewardConfig
+
+__all__ = ["BUILTIN_PROFILES", "PluginSpec", "Profile", "load_profile", "parse_profile"]
+
+_UPSTREAM_DEFAULT: dict[str, Any] = {
+    "name": "default",
+    # kube-scheduler's default plugin set, restricted to what applies here, with upstream's
+    # score weights (pkg/scheduler/apis/config/v1/default_plugins.go): NodeAffinity 2,
+    # PodTopologySpread 2, NodeResourcesFit (LeastAllocated) 1, BalancedAllocation 1.
+    # TaintToleration, InterPodAffinity and ImageLocality score every node alike here (no
+    # taints, no pod affinity terms, no images) and are left out.
+    "plugins": [
+        {"name": "NodeReady"},
+        {"name": "NodeResourcesFit"},
+        {"name": "NodeAffinity", "weight": 2},
+        {"name": "PodTopologySpread", "weight": 2},
+        {"name": "NodeResourcesLeastAllocated", "weight": 1},
+        {"name": "NodeResourcesBalancedAllocation", "weight": 1},
+        {"name": "DefaultPreemption"},
+        {"name": "DefaultBinder"},
+    ],
+    "action_space": {"accelerator_policy": "first_fit"},
+    "percentage_of_nodes_to_score": 0,
+    "tie_break": "random",
+}
+
+_VOLCANO_BINPACK: dict[str, Any] = {
+    "name": "binpack",
+    # Volcano with the binpack plugin (upstream default weights: binpack.weight 1, cpu 1,
+    # memory 1) after its predicates; nodeorder's least-requested scoring is off, as Volcano's
+    # binpack guide recommends. Volcano's default actions (enqueue, allocate, backfill) do not
+    # preempt, so there is no preemption here.
+    "plugins": [
+        {"name": "NodeReady"},
+        {"name": "NodeResourcesFit"},
+        {"name": "NodeAffinity", "weight": 1},
+        {"name": "VolcanoBinpack", "weight": 1},
+        {"name": "DefaultBinder"},
+    ],
+    "action_space": {"accelerator_policy": "first_fit"},
+    "percentage_of_nodes_to_score": 100,
+    "tie_break": "random",
+}
+
+_EDGEPLANE: dict[str, Any] = {
+    "name": "edgeplane",
+    "plugins": [
+        {"name": "NodeReady"},
+        {"name": "NodeResourcesFit"},
+        {"name": "NodeAffinity", "weight": 1},
+        {"name": "MultiObjective", "weight": 4},
+        # The fragment merge restarts the replicas it moves: only move work that is not
+        # latency-sensitive (restarting a short inference job costs its SLA).
+        {
+            "name": "GpuFragmentation",
+            "weight": 1,
+            "args": {"accelerator_reserve": 1.0, "merge": True, "merge_kinds": ["batch", "analytics"]},
+        },
+        {"name": "PodTopologySpread", "weight": 0.5},
+        {"name": "DefaultPreemption"},
+        {"name": "DefaultBinder"},
+    ],
+    "action_space": {"accelerator_policy": "best_fit"},
+    "percentage_of_nodes_to_score": 100,
+    "tie_break": "random",
+    "reward": {
+        "weights": {"util": 1.0, "qos": 2.0, "energy": 1.0, "penalty": 4.0},
+        "adaptive": {"enabled": True, "battery_multiplier": 2.0, "low_battery_gain": 3.0},
+        # 0.70: where published interference studies see co-located work start to slow down
+        # (the simulator's ground truth uses the same literature value, see docs/scheduling.md).
+        "knee": 0.70,
+        "sla_margin": 0.85,
+        "slowdown_weight": 0.5,
+        "battery_floor_percent": 15.0,
+    },
+}
+
+
+def _variant(base: dict[str, Any], name: str, reward: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    out["name"] = name
+    out["reward"] = {**out.get("reward", {}), **reward}
+    return out
+
+
+BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
+    "default": _UPSTREAM_DEFAULT,
+    "binpack": _VOLCANO_BINPACK,
+    "edgeplane": _EDGEPLANE,
+    "edgeplane-fixed": _variant(_EDGEPLANE, "edgeplane-fixed", {"adaptive": {"enabled": False}}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSpec:
+    """One plugin of a profile: registry name, score weight, args."""
+
+    name: str
+    weight: float = 1.0
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A validated profile."""
+
+    name: str
+    plugins: tuple[PluginSpec, ...]
+    action_space: ActionSpaceConfig = field(default_factory=ActionSpaceConfig)
+    percentage_of_nodes_to_score: int = 0
+    tie_break: str = "random"
+    reward: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "<builtin>"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "plugins": [{"name": p.name, "weight": p.weight, "args": dict(p.args)} for p in self.plugins],
+            "action_space": {
+                "cpu_bins": list(self.action_space.cpu_bins),
+                "memory_bins": list(self.action_space.memory_bins),
+                "accelerator_policy": self.action_space.accelerator_policy,
+            },
+            "percentage_of_nodes_to_score": self.percentage_of_nodes_to_score,
+            "tie_break": self.tie_break,
+            "reward": dict(self.reward),
+        }
+
+
+def load_profile(spec: str | Path | Mapping[str, Any]) -> Profile:
+    """A built-in profile by name, a YAML file path, or a mapping."""
+    if isinstance(spec, Mapping):
+        return parse_profile(spec, source="<mapping>")
+    text = str(spec)
+    if text in BUILTIN_PROFILES:
+        return parse_profile(BUILTIN_PROFILES[text], source=f"<builtin:{text}>")
+    path = Path(text)
+    if not path.exists():
+        raise ConfigError(
+            text,
+            "<file>",
+            f"no such profile file, and not a built-in profile ({', '.join(BUILTIN_PROFILES)})",
+        )
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(text, "<file>", f"cannot read profile: {exc}") from None
+    return parse_profile(data, source=text)
+
+
+def _number(value: Any, source: str, key: str, *, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+        raise ConfigError(source, key, f"must be a number >= {minimum}")
+    return float(value)
+
+
+def parse_profile(data: Any, *, source: str = "<profile>") -> Profile:
+    """Validate a profile mapping; errors name the source, the key and the reason."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(source, "<root>", "a profile must be a mapping")
+    allowed = {"name", "plugins", "action_space", "percentage_of_nodes_to_score", "tie_break", "reward"}
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(source, str(key), f"unknown key (allowed: {', '.join(sorted(allowed))})")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(source, "name", "must be a non-empty string")
+    raw_plugins = data.get("plugins")
+    if not isinstance(raw_plugins, list) or not raw_plugins:
+        raise ConfigError(source, "plugins", "must be a non-empty list")
+    plugins: list[PluginSpec] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw_plugins):
+        key = f"plugins[{i}]"
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, Mapping):
+            raise ConfigError(source, key, "must be a plugin name or a mapping with 'name'")
+        extra = set(item) - {"name", "weight", "args"}
+        if extra:
+            raise ConfigError(
+                source, f"{key}.{sorted(extra)[0]}", "unknown key (allowed: args, name, weight)"
+            )
+        pname = item.get("name")
+        if pname not in REGISTRY:
+            raise ConfigError(
+                source, f"{key}.name", f"unknown plugin {pname!r} (known: {', '.join(sorted(REGISTRY))})"
+            )
+        if pname in seen:
+            raise ConfigError(source, f"{key}.name", f"plugin {pname!r} listed twice")
+        seen.add(pname)
+        weight = _number(item.get("weight", 1.0), source, f"{key}.weight")
+        args = item.get("args") or {}
+        if not isinstance(args, Mapping):
+            raise ConfigError(source, f"{key}.args", "must be a mapping")
+        plugins.append(PluginSpec(name=pname, weight=weight, args=dict(args)))
+    space_raw = data.get("action_space") or {}
+    if not isinstance(space_raw, Mapping):
+        raise ConfigError(source, "action_space", "must be a mapping")
+    extra = set(space_raw) - {"cpu_bins", "memory_bins", "accelerator_policy"}
+    if extra:
+        raise ConfigError(source, f"action_space.{sorted(extra)[0]}", "unknown key")
+    bins: dict[str, tuple[float, ...]] = {}
+    for bin_key in ("cpu_bins", "memory_bins"):
+        values = space_raw.get(bin_key, [1.0])
+        if not isinstance(values, list) or not values:
+            raise ConfigError(source, f"action_space.{bin_key}", "must be a non-empty list of numbers")
+        bins[bin_key] = tuple(_number(v, source, f"action_space.{bin_key}", minimum=0.01) for v in values)
+    policy = space_raw.get("accelerator_policy", "first_fit")
+    if policy not in ACCELERATOR_POLICIES:
+        raise ConfigError(
+            source, "action_space.accelerator_policy", f"must be one of {', '.join(ACCELERATOR_POLICIES)}"
+        )
+    pct = data.get("percentage_of_nodes_to_score", 0)
+    if isinstance(pct, bool) or not isinstance(pct, int) or not 0 <= pct <= 100:
+        raise ConfigError(source, "percentage_of_nodes_to_score", "must be an integer from 0 to 100")
+    tie = data.get("tie_break", "random")
+    if tie not in ("random", "first"):
+        raise ConfigError(source, "tie_break", "must be 'random' or 'first'")
+    reward = data.get("reward") or {}
+    if not isinstance(reward, Mapping):
+        raise ConfigError(source, "reward", "must be a mapping")
+    try:
+        RewardConfig.from_dict(reward)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(source, "reward", str(exc)) from None
+    return Profile(
+        name=name,
+        plugins=tuple(plugins),
+        action_space=ActionSpaceConfig(bins["cpu_bins"], bins["memory_bins"], policy),
+        percentage_of_nodes_to_score=pct,
+        tie_break=tie,
+        reward=dict(reward),
+        source=source,
+    )

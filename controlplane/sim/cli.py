@@ -1,0 +1,111 @@
+"""``controlplane simulate``: run schedulers side by side on a preset and print the comparison."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["configure", "run"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--preset", default="seed-200", help="scenario: seed-200, multi-cluster, edge-battery"
+    )
+    parser.add_argument(
+        "--schedulers", default="default,binpack,edgeplane", help="comma-separated scheduler (profile) names"
+    )
+    parser.add_argument("--hours", type=float, default=1.0, help="measured simulated hours (after warm-up)")
+    parser.add_argument(
+        "--seed", type=int, default=42, help="seed of the arrival sequence and all randomness"
+    )
+    parser.add_argument("--nodes", type=int, default=None, help="scale the preset to about this many nodes")
+    parser.add_argument("--json", dest="json_path", default=None, help="write the results as JSON here")
+    parser.add_argument("--plot", default=None, help="write a PNG plot here (needs the 'plot' extra)")
+    parser.add_argument(
+        "--profile",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="register a profile YAML file as scheduler NAME (repeatable)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _fail(message: str) -> int:
+    print(f"controlplane simulate: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from controlplane.errors import ConfigError
+    from controlplane.scheduling.profiles import load_profile
+    from controlplane.sim.presets import PRESETS
+    from controlplane.sim.report import PlotUnavailable, format_table, write_plot
+    from controlplane.sim.runner import SCHEDULERS, register_scheduler, run_comparison
+
+    if args.preset not in PRESETS:
+        return _fail(f"unknown preset {args.preset!r} (known: {', '.join(PRESETS)})")
+    if not args.hours > 0 or args.hours != args.hours:
+        return _fail(f"--hours must be a positive number, got {args.hours}")
+    if args.nodes is not None and args.nodes <= 0:
+        return _fail(f"--nodes must be a positive integer, got {args.nodes}")
+    for item in args.profile:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            return _fail(f"--profile takes NAME=FILE, got {item!r}")
+        try:
+            load_profile(path)
+        except ConfigError as exc:
+            return _fail(str(exc))
+        register_scheduler(name, path)
+    names = [n.strip() for n in args.schedulers.split(",") if n.strip()]
+    if not names:
+        return _fail("--schedulers is empty")
+    unknown = [n for n in names if n not in SCHEDULERS]
+    if unknown:
+        return _fail(f"unknown scheduler {unknown[0]!r} (known: {', '.join(SCHEDULERS)})")
+    if len(set(names)) != len(names):
+        return _fail("--schedulers lists a name twice")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        return _fail("--plot needs matplotlib, which is an optional extra: pip install 'edgeplane[plot]'")
+
+    started = time.perf_counter()
+
+    def progress(name: str, t: float, end: float) -> None:
+        if not args.quiet:
+            print(
+                f"  [{name}] simulated {t / 3600:.1f}/{end / 3600:.1f} h "
+                f"({time.perf_counter() - started:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    if not args.quiet:
+        print(f"simulating {', '.join(names)} on {args.preset} for {args.hours:g} h ...", file=sys.stderr)
+    report = run_comparison(
+        preset=args.preset,
+        schedulers=names,
+        hours=args.hours,
+        seed=args.seed,
+        nodes=args.nodes,
+        progress=progress,
+    )
+    print(format_table(report))
+    if args.json_path:
+        Path(args.json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_path).write_text(
+            json.dumps(report, indent=2, sort_keys=False) + "\n", encoding="utf-8"
+        )
+    if args.plot:
+        try:
+            write_plot(report, args.plot)
+        except PlotUnavailable as exc:
+            return _fail(str(exc))
+    if not args.quiet:
+        print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return 0

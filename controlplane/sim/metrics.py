@@ -1,0 +1,108 @@
+"""From a run's raw record to the reported metrics (one definition for every scheduler).
+
+* ``mean_utilization``: requested CPU and memory over the capacity of powered-on nodes,
+  time-averaged over the measured window, mean of the two (``cpu_utilization`` and
+  ``memory_utilization`` separately; ``mean_utilization_all_nodes`` over the whole fleet).
+* ``p99_task_latency_s``: 99th percentile of (queueing + running) over measured tasks that
+  completed (tasks that gave up are counted in ``dropped_rate`` and as SLA violations).
+* ``sla_violation_rate``: share of measured tasks with an SLA that finished late, gave up or did
+  not finish by the end of the drain.
+* ``mean_power_w``: energy over the window / (window * nodes), sleeping nodes included.
+* ``gpu_utilization``: GPU compute in use (whole GPUs, MIG slices as 1/7) over all GPUs.
+* ``large_gpu_schedulability``: share of large-GPU-memory tasks started within their patience.
+* ``decisions_per_s`` / ``p99_decision_latency_ms``: wall-clock of ``Scheduler.schedule`` calls
+  (arrivals and resubmissions), explanations included.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from controlplane.sim.engine import RunRecord
+
+__all__ = ["HEADLINE_KEYS", "summarise"]
+
+HEADLINE_KEYS = (
+    "mean_utilization",
+    "p99_task_latency_s",
+    "sla_violation_rate",
+    "mean_power_w",
+    "gpu_utilization",
+    "large_gpu_schedulability",
+    "decisions_per_s",
+    "p99_decision_latency_ms",
+)
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0 else 0.0
+
+
+def _p(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def summarise(rec: RunRecord) -> dict[str, Any]:
+    """The headline metrics plus extras, JSON-able."""
+    tasks = rec.tasks
+    latencies = [t["latency_s"] for t in tasks if t["latency_s"] is not None]
+    with_sla = [t for t in tasks if t["sla_s"] is not None]
+    large = [t for t in tasks if t["large_gpu"]]
+    cpu_u = _ratio(rec.used_cpu_t, rec.cap_cpu_t)
+    mem_u = _ratio(rec.used_mem_t, rec.cap_mem_t)
+    by_class: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for t in tasks:
+        groups[t["cls"]].append(t)
+    for cls, items in sorted(groups.items()):
+        lat = [t["latency_s"] for t in items if t["latency_s"] is not None]
+        sla_items = [t for t in items if t["sla_s"] is not None]
+        queue = [t["queue_s"] for t in items if t["queue_s"] is not None]
+        stretch = [t["stretch"] for t in items if t.get("stretch") is not None]
+        by_class[cls] = {
+            "tasks": len(items),
+            "sla_violation_rate": _ratio(sum(t["violated"] for t in sla_items), len(sla_items)),
+            "p50_latency_s": _p(lat, 50),
+            "p99_latency_s": _p(lat, 99),
+            "mean_queue_s": float(np.mean(queue)) if queue else None,
+            # (end - start) / nominal runtime: contention, remote data, restarts stretch it.
+            "mean_stretch": float(np.mean(stretch)) if stretch else None,
+            "dropped": sum(t["dropped"] for t in items),
+        }
+    return {
+        "mean_utilization": (cpu_u + mem_u) / 2,
+        "p99_task_latency_s": _p(latencies, 99) or 0.0,
+        "sla_violation_rate": _ratio(sum(t["violated"] for t in with_sla), len(with_sla)),
+        "mean_power_w": _ratio(rec.energy_j, rec.window_s * rec.nodes),
+        "gpu_utilization": _ratio(rec.gpu_t, rec.total_gpus * rec.window_s),
+        "large_gpu_schedulability": _ratio(sum(t["started_in_time"] for t in large), len(large))
+        if large
+        else 1.0,
+        "decisions_per_s": _ratio(len(rec.decision_ms), rec.decision_time_s),
+        "p99_decision_latency_ms": _p(rec.decision_ms, 99) or 0.0,
+        "cpu_utilization": cpu_u,
+        "memory_utilization": mem_u,
+        "mean_utilization_all_nodes": (
+            _ratio(rec.used_cpu_t, rec.fleet_cpu_t) + _ratio(rec.used_mem_t, rec.fleet_mem_t)
+        )
+        / 2,
+        "p50_task_latency_s": _p(latencies, 50) or 0.0,
+        "p50_decision_latency_ms": _p(rec.decision_ms, 50) or 0.0,
+        "decisions": len(rec.decision_ms),
+        "tasks": len(tasks),
+        "dropped_rate": _ratio(sum(t["dropped"] for t in tasks), len(tasks)),
+        "unfinished_tasks": rec.unfinished,
+        "preemptions": rec.preemptions,
+        "fragment_merges": rec.merges,
+        "node_sleeps": rec.sleeps,
+        "node_wakes": rec.wakes,
+        "battery_deaths": rec.battery_deaths,
+        "min_battery_percent": rec.min_battery_pct,
+        "battery_drawn_wh": rec.battery_drawn_wh,
+        "pending_retry_time_s": rec.pending_time_s,
+        "wall_s": rec.wall_s,
+        "by_class": by_class,
+    }

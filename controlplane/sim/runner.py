@@ -1,0 +1,68 @@
+"""Run several schedulers side by side on the identical arrival sequence of a preset.
+
+Scheduler names map to profiles in :data:`SCHEDULERS`; a learned policy registers its own name
+with :func:`register_scheduler` (a profile naming its score plugin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from controlplane.scheduling.profiles import BUILTIN_PROFILES
+from controlplane.sim.engine import Simulation
+from controlplane.sim.metrics import summarise
+from controlplane.sim.presets import Preset, get_preset, scale_preset
+from controlplane.sim.workload import generate_tasks
+
+__all__ = ["SCHEDULERS", "register_scheduler", "run_comparison"]
+
+SCHEDULERS: dict[str, str | Mapping[str, Any]] = {name: name for name in BUILTIN_PROFILES}
+
+
+def register_scheduler(name: str, profile: str | Mapping[str, Any]) -> None:
+    """Make ``name`` selectable with ``--schedulers`` (profile: built-in name, file path or mapping)."""
+    SCHEDULERS[name] = profile
+
+
+def _data_nodes(preset: Preset) -> list[str]:
+    return [
+        f"{g.prefix}-{k:03d}" for g in preset.groups if g.node_type in ("cpu", "edge") for k in range(g.count)
+    ]
+
+
+def run_comparison(
+    *,
+    preset: str | Preset,
+    schedulers: list[str],
+    hours: float,
+    seed: int,
+    nodes: int | None = None,
+    progress: Callable[[str, float, float], None] | None = None,
+) -> dict[str, Any]:
+    """Simulate each scheduler on the same tasks; returns the JSON report."""
+    base = get_preset(preset) if isinstance(preset, str) else preset
+    scenario = scale_preset(base, nodes) if nodes else base
+    tasks = generate_tasks(scenario, hours, seed, data_nodes=_data_nodes(scenario))
+    results: dict[str, Any] = {}
+    for name in schedulers:
+        profile = SCHEDULERS[name]
+        sim = Simulation(
+            scenario,
+            tasks,
+            scheduler_name=name,
+            profile=dict(profile) if isinstance(profile, Mapping) else profile,
+            hours=hours,
+            seed=seed,
+            progress=progress,
+        )
+        results[name] = summarise(sim.run())
+    return {
+        "schedulers": results,
+        "preset": scenario.name,
+        "seed": seed,
+        "hours": hours,
+        "nodes": scenario.node_count,
+        "tasks_generated": len(tasks),
+        "tasks_measured": sum(1 for t in tasks if t.measured),
+    }

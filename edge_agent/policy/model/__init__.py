@@ -1,0 +1,1 @@
+"""Package data: the shipped local policy models and their metadata.json."""

@@ -1,0 +1,121 @@
+"""The bid round: candidate nodes' local policies answer; the hub falls back on silence."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import nats
+from harness import running_agents, running_hub, wait_for
+
+from controlplane.bus.messages import (
+    BidRequestV1,
+    HeartbeatV1,
+    NodeResources,
+    RegisterV1,
+    Subjects,
+    Telemetry,
+    decode,
+    encode,
+)
+
+
+async def test_local_policies_bid_and_the_decision_is_explained(nats_server, sqlite_url, tmp_path):
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (_, api),
+        running_agents(nats_server.url, tmp_path, ["b1", "b2"]) as agents,
+    ):
+        await wait_for(api.nodes, lambda n: all(x["telemetry"].get("policy") for x in n) and len(n) == 2)
+        workload_id = await api.post_workload(
+            {
+                "name": "bid-me",
+                "command": ["true"],
+                "kind": "service",
+                "resources": {"cpu": 1, "memory": "256Mi"},
+            }
+        )
+        done = await api.wait_status(workload_id, "Succeeded")
+        placement = await api.get(f"/v1/workloads/{workload_id}/placement")
+        bids = placement["decisions"][0]["explanation"]["bids"]
+        assert bids["winner"] == done["node"]
+        answered = [c for c in bids["candidates"] if c["answered"]]
+        assert answered, bids
+        assert all(c["source"] in ("onnx-int8", "heuristic") and 0 <= c["action"] <= 64 for c in answered)
+        assert sum(a.agent.counters["bids"] for a in agents) >= 1
+        collected = {
+            a.agent.config.name: await api.get(f"/v1/nodes/{a.agent.config.name}/decisions") for a in agents
+        }
+        entries = [e for body in collected.values() for e in body["entries"]]
+        assert entries and all(body["epsilon"] == 0.1 for body in collected.values())
+        raw = {e.request_id: e.expected_reward for a in agents for e in a.agent.decisions.entries}
+        assert all(e["expected_reward"] != raw[e["request_id"]] for e in entries), (
+            "rewards leave the node noised"
+        )
+
+
+async def test_a_node_that_does_not_answer_in_time_is_valued_at_the_hubs_estimate(
+    nats_server, sqlite_url, tmp_path
+):
+    """A fake node registers with a local policy but answers bids too late; placement goes on."""
+    nc = await nats.connect(nats_server.url)
+    subjects = Subjects("default")
+    slow_asked = asyncio.Event()
+
+    async def slow_bid(msg) -> None:
+        decode(msg.data, BidRequestV1)
+        slow_asked.set()
+        await asyncio.sleep(1.0)  # far past the 50 ms deadline
+
+    await nc.subscribe(subjects.bid("slow"), cb=slow_bid)
+    telemetry = Telemetry(cpu_percent=1, memory_used_bytes=1, memory_total_bytes=2**34, policy="onnx-int8")
+    boot = uuid.uuid4().hex
+
+    async def heartbeats() -> None:
+        seq = 0
+        while True:
+            seq += 1
+            hb = HeartbeatV1(node="slow", boot_id=boot, seq=seq, sent_at=time.time(), telemetry=telemetry)
+            await nc.publish(subjects.heartbeat("slow"), encode(hb))
+            await asyncio.sleep(0.2)
+
+    try:
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            register = RegisterV1(
+                node="slow",
+                cluster="default",
+                boot_id=boot,
+                agent_version="test",
+                resources=NodeResources(cpu=64, memory=2**38),
+                heartbeat_interval_s=0.2,
+                telemetry=telemetry,
+            )
+            await nc.request(subjects.register("slow"), encode(register), timeout=5)
+            beating = asyncio.create_task(heartbeats())
+            try:
+                async with running_agents(nats_server.url, tmp_path, ["quick"]):
+                    started = time.monotonic()
+                    workload_id = await api.post_workload(
+                        {
+                            "name": "bid-fallback",
+                            "command": ["true"],
+                            "affinity": {"nodes": ["quick", "slow"]},
+                        }
+                    )
+                    placed = await wait_for(
+                        lambda: api.get(f"/v1/workloads/{workload_id}/placement"),
+                        lambda p: bool(p["decisions"]),
+                    )
+                    assert time.monotonic() - started < 5
+                    assert slow_asked.is_set()
+                    candidates = {
+                        c["node"]: c for c in placed["decisions"][0]["explanation"]["bids"]["candidates"]
+                    }
+                    assert candidates["slow"]["answered"] is False
+                    assert candidates["slow"]["hub_reward"] is not None
+                    assert candidates["slow"]["value"] == candidates["slow"]["hub_reward"]
+                    assert candidates["quick"]["answered"] is True
+            finally:
+                beating.cancel()
+    finally:
+        await nc.close()

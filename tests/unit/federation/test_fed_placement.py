@@ -1,0 +1,184 @@
+"""Cluster-level placement (level one) and failover through the scheduler (level two)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from controlplane.federation.config import parse_federation
+from controlplane.federation.placement import ClusterAggregate, plan_clusters
+from controlplane.resources import ResourceRequest
+from controlplane.scheduling.model import Affinity, NodeState, WorkloadRequest
+from controlplane.scheduling.scheduler import Scheduler
+
+GiB = 2**30
+
+
+def federation(**placement):
+    return parse_federation(
+        {
+            "version": 1,
+            "clusters": [
+                {
+                    "name": "eu",
+                    "region": "eu-west",
+                    "cost_per_core_hour": 0.04,
+                    "carbon_g_per_kwh": 200,
+                    "weight": 1,
+                },
+                {
+                    "name": "us",
+                    "region": "us-east",
+                    "cost_per_core_hour": 0.03,
+                    "carbon_g_per_kwh": 400,
+                    "weight": 3,
+                },
+                {
+                    "name": "ap",
+                    "region": "ap-south",
+                    "cost_per_core_hour": 0.02,
+                    "carbon_g_per_kwh": 600,
+                    "weight": 1,
+                },
+            ],
+            "latency_ms": {"eu-west": {"us-east": 80, "ap-south": 140}, "us-east": {"ap-south": 210}},
+            "placement": placement,
+        }
+    )
+
+
+def aggregates(**cpu_free):
+    regions = {"eu": "eu-west", "us": "us-east", "ap": "ap-south"}
+    return {
+        name: ClusterAggregate(name, regions[name], ready_nodes=1, cpu_free=cpu, memory_free=1e15)
+        for name, cpu in cpu_free.items()
+    }
+
+
+def plan(fed, aggs, replicas, **kw):
+    return plan_clusters(
+        resources=ResourceRequest(cpu=1, memory=GiB), replicas=replicas, federation=fed, aggregates=aggs, **kw
+    )
+
+
+def test_divide_by_capacity_is_proportional_to_room():
+    p = plan(federation(divide="capacity"), aggregates(eu=10, us=30, ap=0), 8)
+    assert Counter(p.assignments) == {"us": 6, "eu": 2}
+
+
+def test_divide_by_weights_follows_cluster_weights():
+    p = plan(federation(divide="weights"), aggregates(eu=100, us=100, ap=100), 10)
+    assert Counter(p.assignments) == {"us": 6, "eu": 2, "ap": 2}
+
+
+def test_room_caps_a_cluster_and_the_rest_goes_elsewhere():
+    p = plan(federation(divide="weights"), aggregates(eu=100, us=2, ap=100), 10)
+    assert Counter(p.assignments)["us"] == 2 and len(p.assignments) == 10
+
+
+def test_spread_over_at_least_n_regions():
+    p = plan(federation(divide="capacity", spread_min_regions=3), aggregates(eu=1000, us=10, ap=10), 3)
+    assert set(p.assignments) == {"eu", "us", "ap"}
+
+
+def test_spread_fails_with_a_reason_when_regions_are_missing():
+    p = plan(federation(spread_min_regions=3), aggregates(eu=10, us=10), 3)
+    assert not p.ok and "spread_min_regions=3" in p.reason
+
+
+def test_latency_to_the_data_ranks_clusters():
+    fed = federation(latency_weight=1, cost_weight=0, carbon_weight=0)
+    p = plan(fed, aggregates(eu=100, us=100, ap=100), 1, origin_region="ap-south")
+    assert p.ranking[0] == "ap" and p.assignments == ["ap"]
+
+
+def test_a_single_replica_goes_to_the_best_cluster_not_the_roomiest():
+    fed = federation(divide="capacity", latency_weight=1, cost_weight=0, carbon_weight=0)
+    p = plan(fed, aggregates(eu=500, us=100, ap=60), 1, origin_region="ap-south")
+    assert p.assignments == ["ap"]
+
+
+def test_carbon_weight_prefers_clean_grids():
+    fed = federation(latency_weight=0, cost_weight=0, carbon_weight=1)
+    assert plan(fed, aggregates(eu=100, us=100, ap=100), 1).ranking == ["eu", "us", "ap"]
+
+
+def test_affinity_and_unavailability_exclude_clusters():
+    aggs = aggregates(eu=100, us=100, ap=100)
+    assert set(plan(federation(), aggs, 4, clusters=["eu", "ap"]).assignments) <= {"eu", "ap"}
+    assert "us" not in plan(federation(), aggs, 4, unavailable={"us"}).assignments
+    assert not plan(federation(), aggs, 1, regions=["mars"]).ok
+
+
+def fleet(fed):
+    s = Scheduler("default", fed, clock=lambda: 0.0)
+    for cluster, region in (("eu", "eu-west"), ("us", "us-east"), ("ap", "ap-south")):
+        for i in range(2):
+            s.upsert_node(NodeState(f"{cluster}-{i}", cluster=cluster, region=region, cpu=8, memory=32 * GiB))
+    return s
+
+
+def test_two_level_placement_spreads_replicas_over_clusters():
+    s = fleet(federation(divide="capacity", spread_min_regions=2))
+    d = s.schedule(WorkloadRequest("w", resources=ResourceRequest(cpu=2, memory=GiB), replicas=4))
+    assert d.scheduled
+    assert len({p.cluster for p in d.placements}) >= 2
+    assert d.explanation["cluster_plan"]["assignments"] == [p.cluster for p in d.placements]
+
+
+def test_cluster_affinity_holds_at_both_levels():
+    s = fleet(federation())
+    d = s.schedule(
+        WorkloadRequest(
+            "w", resources=ResourceRequest(cpu=2, memory=GiB), replicas=3, affinity=Affinity(clusters=["ap"])
+        )
+    )
+    assert {p.cluster for p in d.placements} == {"ap"}
+
+
+def test_failover_replaces_replicas_of_an_unavailable_cluster():
+    s = fleet(federation(divide="weights"))
+    d = s.schedule(WorkloadRequest("w", resources=ResourceRequest(cpu=2, memory=GiB), replicas=5))
+    down = Counter(p.cluster for p in d.placements).most_common(1)[0][0]
+    moved = [p.replica for p in d.placements if p.cluster == down]
+    (redo,) = s.failover({down})
+    assert sorted(p.replica for p in redo.placements) == moved
+    assert all(p.placed and p.cluster != down for p in redo.placements)
+    assert redo.explanation["failover_from"] == [down]
+    assert all(a.node.split("-")[0] != down for a in s.ledger)
+    # New work avoids the unavailable cluster until it is back.
+    d2 = s.schedule(WorkloadRequest("x", resources=ResourceRequest(cpu=1, memory=GiB), replicas=6))
+    assert down not in {p.cluster for p in d2.placements}
+    s.set_cluster_available(down, True)
+    d3 = s.schedule(
+        WorkloadRequest("y", resources=ResourceRequest(cpu=1, memory=GiB), affinity=Affinity(clusters=[down]))
+    )
+    assert d3.scheduled
+
+
+def test_failover_queues_what_the_other_clusters_cannot_hold():
+    s = fleet(federation())
+    s.schedule(
+        WorkloadRequest(
+            "fill",
+            resources=ResourceRequest(cpu=8, memory=GiB),
+            replicas=4,
+            affinity=Affinity(clusters=["eu", "us"]),
+        )
+    )
+    s.schedule(
+        WorkloadRequest("w", resources=ResourceRequest(cpu=8, memory=GiB), affinity=Affinity(clusters=["ap"]))
+    )
+    (redo,) = s.failover({"ap"})
+    assert redo.queued and not redo.scheduled
+    assert [e["workload_id"] for e in s.pending()] == ["w"]
+    s.set_cluster_available("ap", True)  # the cluster recovers: the replica goes back
+    (back,) = s.schedule_pending()
+    assert back.placements[0].cluster == "ap"
+
+
+@pytest.mark.parametrize("bad", [{"eu": 0, "us": 0, "ap": 0}])
+def test_no_room_anywhere_still_names_the_best_clusters(bad):
+    p = plan(federation(), aggregates(**bad), 2)
+    assert len(p.assignments) == 2
