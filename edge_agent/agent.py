@@ -3,6 +3,11 @@
 It survives NATS or hub outages: running work keeps running, state reports wait in a bounded
 outbox (and the full state is re-sent on every (re-)registration), and the connection comes back
 through nats-py's reconnect loop after a first connect retried with backoff (tenacity).
+
+Without the hub it keeps deciding for the work it already has, with the same local policy that
+answers the hub's bids (:meth:`Agent.local_decision`): how to restart a placement whose process
+exited (``restart_policy``; :mod:`edge_agent.restarts`), and, while NATS is down, whether each
+idle warm function instance stays warm.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import logging
 import time
 import uuid
 from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +40,7 @@ from controlplane.bus.messages import (
     InvokeV1,
     MessageError,
     NodeResources,
+    OfferSpec,
     PlacementState,
     PrewarmAckV1,
     PrewarmV1,
@@ -50,8 +57,9 @@ from controlplane.scheduling.reward import RewardConfig
 from edge_agent import __version__
 from edge_agent.config import AgentConfig
 from edge_agent.decisions import DecisionLog, LoggedDecision
-from edge_agent.executor import ProcessRunner
-from edge_agent.functions.pool import FunctionPool
+from edge_agent.executor import ProcessRunner, RunningPlacement
+from edge_agent.functions.pool import FunctionPool, Instance
+from edge_agent.restarts import Backoff, RestartChoice, as_requested, choice_from_decision, offer_for_restart
 from edge_agent.telemetry import (
     GpuReader,
     NvmlGpuReader,
@@ -60,11 +68,26 @@ from edge_agent.telemetry import (
     SysfsPowerReader,
     SystemReader,
 )
+from edge_agent.telemetry.power import PowerState
 from edge_agent.weights import current_weights
 
 __all__ = ["Agent"]
 
 log = logging.getLogger("edgeplane.agent")
+
+
+@dataclass(frozen=True, slots=True)
+class LocalOutcome:
+    """One local-policy decision with the inputs it was made under."""
+
+    decision: Any  # edge_agent.policy.runtime.Decision (imported lazily: onnxruntime is optional)
+    weights: tuple[float, float, float, float]
+    power: PowerState
+
+
+def _function_offer(instance: Instance) -> OfferSpec:
+    """An idle function instance as an offer: the function's own resources."""
+    return OfferSpec(cpu=instance.code.cpu, memory=instance.code.memory, kind="function")
 
 
 class _RegisterRejected(Exception):
@@ -92,7 +115,11 @@ class Agent:
         self.policy: Any = None  # LocalPolicy, loaded in run() (it logs its fallback warning once)
         self.decisions = DecisionLog(limit=config.decision_log_limit, epsilon=config.privacy_epsilon)
         self.runner = ProcessRunner(
-            work_dir=Path(config.work_dir), on_change=self._on_state_change, stop_grace_s=config.stop_grace_s
+            work_dir=Path(config.work_dir),
+            on_change=self._on_state_change,
+            stop_grace_s=config.stop_grace_s,
+            restart_advisor=self._advise_restart,
+            backoff=Backoff(config.restart_backoff_s, config.restart_backoff_max_s),
         )
         self.functions = FunctionPool(
             work_dir=Path(config.work_dir),
@@ -111,6 +138,7 @@ class Agent:
         self._register_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._seq = 0
+        self._last_offline_pass = 0.0
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -387,27 +415,83 @@ class Agent:
             await asyncio.sleep(0.25)
             try:
                 await self.functions.evict_expired()
+                if not self.hub_reachable():
+                    await self._offline_scale_pass()
             except Exception:
                 log.exception("eviction pass failed")
 
+    def hub_reachable(self) -> bool:
+        """Whether the agent is connected to NATS (and so, as far as it can tell, to the hub)."""
+        nc = self._nc
+        return nc is not None and nc.is_connected
+
+    async def _offline_scale_pass(self) -> int:
+        """Without NATS, keep each idle function instance warm only if the local policy would run it.
+
+        Connected, the hub's keep-alive policy decides (keep-alive and pre-warm messages); cut off,
+        the agent asks its local policy, every ``offline_scale_interval_s``, about an offer equal to
+        each idle instance's resources: a bin keeps it, a decline (e.g. a low battery raising w3)
+        stops it. Without a loaded model, nothing changes (the keep-alive still applies).
+        Returns how many instances were stopped.
+        """
+        now = time.monotonic()
+        if now - self._last_offline_pass < self.config.offline_scale_interval_s:
+            return 0
+        self._last_offline_pass = now
+        if self.policy is None or not self.policy.uses_model:
+            return 0
+        stopped = 0
+        for instance in self.functions.idle_instances():
+            if instance.state != "idle":  # became busy while an earlier instance was being stopped
+                continue
+            outcome = self.local_decision(
+                purpose="keep-warm",
+                request_id=f"keep-warm:{instance.instance_id}:{uuid.uuid4().hex[:8]}",
+                workload_id=f"fn:{instance.code.name}",
+                offer=_function_offer(instance),
+                released_memory=instance.code.memory,
+            )
+            if outcome is not None and outcome.decision.decline:
+                self.counters["offline_scale_downs"] += 1  # before the stop, which waits for the exit
+                await self.functions.stop_instance(
+                    instance, "scaled down by the local policy while the hub is unreachable"
+                )
+                stopped += 1
+        return stopped
+
     # --- local policy -----------------------------------------------------------------------
 
-    def node_view(self, power_source: str, battery_percent: float | None) -> Any:
-        """What the local policy sees of this node now."""
+    def node_view(
+        self,
+        power_source: str,
+        battery_percent: float | None,
+        *,
+        exclude: str | None = None,
+        released_memory: int = 0,
+    ) -> Any:
+        """What the local policy sees of this node now.
+
+        ``exclude`` leaves one placement out of the allocation (the one being restarted: its
+        resources are free while it is down); ``released_memory`` is memory about to be freed
+        (an idle function instance whose keep-warm is being decided).
+        """
         from controlplane.scheduling.power import DEFAULT_POWER_SPECS
         from edge_agent.policy.features import NodeView
 
         sample = self.system.read()
-        running = [p for p in self.runner.placements.values() if p.state.state == "Running"]
+        running = [
+            p for pid, p in self.runner.placements.items() if p.state.state == "Running" and pid != exclude
+        ]
         gpus = self.gpus.read()
         used_gpus = {i for p in running for i in p.spec.gpu_indices}
         spec = DEFAULT_POWER_SPECS.get(self.config.node_type, DEFAULT_POWER_SPECS["edge"])
+        memory_allocated = sum(p.memory for p in running) + self.functions.memory_in_use() - released_memory
         return NodeView(
             node_type=self.config.node_type,
             cpu_capacity=float(self.config.cpu or sample.cpu_count),
-            cpu_allocated=sum(p.spec.cpu for p in running),
+            cpu_allocated=sum(p.cpu for p in running),
             memory_capacity=float(self.config.memory or sample.memory_total_bytes),
-            memory_allocated=float(sum(p.spec.memory for p in running) + self.functions.memory_in_use()),
+            memory_allocated=float(max(0, memory_allocated)),
             gpu_count=len(gpus),
             gpus_free=sum(1 for g in gpus if g.index not in used_gpus and not g.mig_enabled),
             replicas=len(running),
@@ -417,20 +501,33 @@ class Agent:
             max_w=spec.max_w,
         )
 
-    async def _on_bid(self, msg: Msg) -> None:
-        try:
-            request = decode(msg.data, BidRequestV1)
-        except MessageError as exc:
-            self._malformed("bid", exc)
-            return
+    def local_decision(
+        self,
+        *,
+        purpose: str,
+        request_id: str,
+        workload_id: str,
+        offer: OfferSpec,
+        replica: int = -1,
+        exclude: str | None = None,
+        released_memory: int = 0,
+    ) -> LocalOutcome | None:
+        """Ask the local policy about ``offer`` under the node's live weights; log the decision.
+
+        One code path for every local decision (bids, restarts, keep-warm): the node view, the
+        offer translated to the policy's terms, the weights from the current power state
+        (w3 rises on battery). Returns the decision with its weights and power state, or None
+        when no policy is loaded or it raised (counted in ``policy_errors``).
+        """
         if self.policy is None:
-            return  # no local policy: let the hub's deadline pass and use its own scores
+            return None
         from edge_agent.policy.features import KINDS, Offer
 
         power = self.power.read()
         weights = current_weights(self.reward_config, power)
-        offer = request.offer
-        node = self.node_view(power.source, power.battery_percent)
+        node = self.node_view(
+            power.source, power.battery_percent, exclude=exclude, released_memory=released_memory
+        )
         local_offer = Offer(
             kind=offer.kind if offer.kind in KINDS else "batch",
             cpu=offer.cpu,
@@ -443,50 +540,98 @@ class Agent:
         )
         try:
             decision = self.policy.decide(node, local_offer, weights)
-        except Exception:  # a policy bug must not take the agent down: no answer, the hub falls back
-            log.exception("local policy failed on bid %s", request.request_id)
+        except Exception:  # a policy bug must not take the agent down; the caller falls back
+            log.exception("local policy failed on %s %s", purpose, request_id)
             self.counters["policy_errors"] += 1
-            return
-        else:
-            bid = BidV1(
-                request_id=request.request_id,
-                node=self.config.name,
-                accept=not decision.decline,
-                action=decision.action,
-                cpu=decision.cpu,
-                memory=int(decision.memory),
-                gpu_units=decision.gpu_units,
-                accelerator=decision.accelerator,
-                score=decision.score,
+            return None
+        self.decisions.add(
+            LoggedDecision(
+                t=time.time(),
+                request_id=request_id,
+                workload_id=workload_id,
+                replica=replica,
+                state={
+                    "cpu_free": node.cpu_capacity - node.cpu_allocated,
+                    "memory_free": node.memory_capacity - node.memory_allocated,
+                    "on_battery": node.on_battery,
+                    "battery_percent": node.battery_percent,
+                },
+                offer=dataclasses.asdict(offer),
                 weights=list(weights),
+                action=decision.action,
+                decline=decision.decline,
+                expected_reward=decision.score,
                 source=decision.source,
-                masked=decision.masked,
-                latency_us=decision.latency_us,
+                purpose=purpose,
             )
-            self.decisions.add(
-                LoggedDecision(
-                    t=time.time(),
-                    request_id=request.request_id,
-                    workload_id=request.workload_id,
-                    replica=request.replica,
-                    state={
-                        "cpu_free": node.cpu_capacity - node.cpu_allocated,
-                        "memory_free": node.memory_capacity - node.memory_allocated,
-                        "on_battery": node.on_battery,
-                        "battery_percent": node.battery_percent,
-                    },
-                    offer=dataclasses.asdict(offer),
-                    weights=list(weights),
-                    action=decision.action,
-                    decline=decision.decline,
-                    expected_reward=decision.score,
-                    source=decision.source,
-                )
-            )
+        )
+        return LocalOutcome(decision, weights, power)
+
+    async def _on_bid(self, msg: Msg) -> None:
+        try:
+            request = decode(msg.data, BidRequestV1)
+        except MessageError as exc:
+            self._malformed("bid", exc)
+            return
+        if self.policy is None:
+            return  # no local policy: let the hub's deadline pass and use its own scores
+        outcome = self.local_decision(
+            purpose="bid",
+            request_id=request.request_id,
+            workload_id=request.workload_id,
+            replica=request.replica,
+            offer=request.offer,
+        )
+        if outcome is None:  # the policy raised: no answer, the hub falls back to its estimate
+            return
+        decision = outcome.decision
+        bid = BidV1(
+            request_id=request.request_id,
+            node=self.config.name,
+            accept=not decision.decline,
+            action=decision.action,
+            cpu=decision.cpu,
+            memory=int(decision.memory),
+            gpu_units=decision.gpu_units,
+            accelerator=decision.accelerator,
+            score=decision.score,
+            weights=list(outcome.weights),
+            source=decision.source,
+            masked=decision.masked,
+            latency_us=decision.latency_us,
+        )
         self.counters["bids"] += 1
         if msg.reply:
             with contextlib.suppress(Exception):
                 await msg.respond(encode(bid))
+
+    def _advise_restart(self, entry: RunningPlacement) -> RestartChoice:
+        """How to restart a placement whose back-off is over (the runner asks; hub or no hub).
+
+        With the model loaded, the local policy decides on the replica's offer, this placement's
+        own resources counted as free; without it (local_policy off, or the heuristic fallback)
+        the process restarts with the requested resources.
+        """
+        state = entry.state
+        if self.policy is None or not self.policy.uses_model:
+            return as_requested(entry.spec)
+        outcome = self.local_decision(
+            purpose="restart",
+            request_id=f"restart:{state.placement_id}:{state.restarts + 1}",
+            workload_id=state.workload_id,
+            offer=offer_for_restart(entry.spec),
+            exclude=state.placement_id,
+        )
+        if outcome is None:
+            return as_requested(entry.spec)
+        decision, power = outcome.decision, outcome.power
+        self.counters["restart_declines" if decision.decline else "policy_restarts"] += 1
+        where = f"on {power.source}"
+        if power.source == "battery" and power.battery_percent is not None:
+            where += f" at {power.battery_percent:g}%"
+        weights = ", ".join(f"{w:g}" for w in outcome.weights)
+        context = f"{decision.source}, {where}, weights {weights}, score {decision.score:.2f}"
+        return choice_from_decision(decision, entry.spec, context)
 
     async def _on_decisions(self, msg: Msg) -> None:
         """The hub collects the decision log for retraining (rewards Laplace-noised)."""

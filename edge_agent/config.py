@@ -17,7 +17,10 @@ File keys (all optional except where the CLI does not give them)::
     function_memory: 4Gi       # memory for function instances (default: half the node's)
     reward:                    # objective weights of the local policy; w3 rises on battery
       weights: {w1: 1.0, w2: 2.0, w3: 1.0, w4: 4.0}
-      adaptive: {enabled: true, battery_multiplier: 2.0, low_battery_gain: 3.0}
+      adaptive: {enabled: true, battery_multiplier: 4.0, low_battery_gain: 3.0}
+    restart_backoff_s: 1       # first wait before a local restart; doubles per restart
+    restart_backoff_max_s: 60  # ... up to this
+    offline_scale_interval_s: 10  # without NATS: how often idle function instances are re-decided
 
 Errors name the file, the key and the reason.
 """
@@ -63,6 +66,10 @@ class AgentConfig:
     policy_model: str | None = None  # default: the int8 model shipped in the package
     privacy_epsilon: float = 0.1  # Laplace noise on rewards that leave the node
     decision_log_limit: int = 10000
+    restart_backoff_s: float = 1.0  # local restarts: 1 s, 2 s, 4 s, ... (edge_agent/restarts.py)
+    restart_backoff_max_s: float = 60.0
+    # While NATS is down, the local policy re-decides each idle function instance this often.
+    offline_scale_interval_s: float = 10.0
 
 
 _KEYS = {
@@ -84,6 +91,9 @@ _KEYS = {
     "policy_model",
     "privacy_epsilon",
     "decision_log_limit",
+    "restart_backoff_s",
+    "restart_backoff_max_s",
+    "offline_scale_interval_s",
 }
 
 
@@ -133,11 +143,19 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
     if not isinstance(prefix, str) or not _PREFIX.match(prefix):
         raise fail("subject_prefix", f"must be dot-separated tokens, got {prefix!r}")
     cfg.subject_prefix = prefix
-    for key, low, high in (("heartbeat_interval_s", 0.05, 3600), ("stop_grace_s", 0, 3600)):
+    for key, low, high in (
+        ("heartbeat_interval_s", 0.05, 3600),
+        ("stop_grace_s", 0, 3600),
+        ("restart_backoff_s", 0, 3600),
+        ("restart_backoff_max_s", 0, 3600),
+        ("offline_scale_interval_s", 0.05, 3600),
+    ):
         value = data.get(key, getattr(cfg, key))
         if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
             raise fail(key, f"must be a number between {low} and {high}")
         setattr(cfg, key, float(value))
+    if cfg.restart_backoff_max_s < cfg.restart_backoff_s:
+        raise fail("restart_backoff_max_s", "must be >= restart_backoff_s")
     node_type = data.get("node_type", cfg.node_type)
     if node_type not in NODE_TYPES:
         raise fail("node_type", f"must be one of {', '.join(NODE_TYPES)}")

@@ -1,5 +1,10 @@
 """The agent's local decisions: answering the hub's bids with the local policy, and a bounded log.
 
+The same policy also decides without the hub (``purpose`` in the log): how to restart a
+placement whose process exited (``restart``) and, while NATS is down, whether to keep an idle
+function instance warm (``keep-warm``). Those entries carry ``replica = -1`` (the agent does not
+know replica numbers) and ``workload_id`` = the workload, or ``fn:<function>``.
+
 Each bid asks what the node's policy would do with one replica: decline (offload) or run it with
 one of the 64 resource bins. The answer carries the policy's expected reward under the node's own
 weights (w3 follows the power source), which the hub compares with its own estimate for nodes
@@ -39,6 +44,7 @@ class LoggedDecision:
     decline: bool
     expected_reward: float
     source: str
+    purpose: str = "bid"  # bid | restart | keep-warm
 
 
 def laplace(scale: float, rng: random.Random) -> float:

@@ -5,6 +5,10 @@ with its output in ``<work_dir>/logs/<placement>.log``. Limits applied where the
 memory through ``RLIMIT_AS``; the process dies with the agent (``PR_SET_PDEATHSIG``) so a killed
 agent leaves no orphans. CPU quotas need a delegated cgroup v2 and are not enforced otherwise
 (the state message says which limits were applied).
+
+A process that exits may be restarted in place, per the workload's ``restart_policy``, with
+exponential back-off and the quotas the local policy picks (:mod:`edge_agent.restarts`); the
+placement keeps its id and stays Running meanwhile, and ``PlacementState.restarts`` counts them.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from controlplane.bus.messages import PlacementState, RunSpec
+from edge_agent.restarts import Backoff, RestartChoice, as_requested, wants_restart
 
-__all__ = ["ProcessRunner", "RunningPlacement"]
+__all__ = ["ProcessRunner", "RestartAdvisor", "RunningPlacement"]
 
 log = logging.getLogger("edgeplane.agent.executor")
 
@@ -33,12 +38,25 @@ TERMINAL = ("Succeeded", "Failed", "Cancelled")
 
 @dataclass(slots=True)
 class RunningPlacement:
+    """One placement on this agent: its reported state, its spec and its current process.
+
+    ``cpu``/``memory`` are the quotas of the current process: the request at first, then what the
+    local policy chose at the last restart. ``wake`` cuts a restart back-off short (a stop).
+    """
+
     state: PlacementState
     spec: RunSpec
     process: asyncio.subprocess.Process | None = None
     task: asyncio.Task[None] | None = None
     stop_requested: bool = False
     limits: list[str] = field(default_factory=list)
+    cpu: float = 0.0
+    memory: int = 0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+# Asked when a restart is due (after the back-off): restart with which quotas, or not at all.
+RestartAdvisor = Callable[[RunningPlacement], RestartChoice]
 
 
 try:
@@ -88,7 +106,14 @@ def _tail(path: Path, limit: int = 400) -> str:
 
 
 class ProcessRunner:
-    """Starts, watches and stops placement processes; calls ``on_change`` on every state change."""
+    """Starts, watches, restarts and stops placement processes; calls ``on_change`` on every change.
+
+    A placement whose process exits is restarted here when its ``restart_policy`` asks for it
+    (see :mod:`edge_agent.restarts`): after the back-off, ``restart_advisor`` (the agent's local
+    policy) picks the quotas or declines; without an advisor it restarts as requested. The state
+    stays ``Running`` through restarts, with ``restarts`` counting them. ``timeout_s`` bounds the
+    whole placement, restarts and back-offs included; a timed-out placement is not restarted.
+    """
 
     def __init__(
         self,
@@ -97,6 +122,8 @@ class ProcessRunner:
         on_change: Callable[[PlacementState], None],
         stop_grace_s: float = 5.0,
         retain_finished: int = 1000,
+        restart_advisor: RestartAdvisor | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.work_dir = work_dir
         self.logs = work_dir / "logs"
@@ -104,6 +131,8 @@ class ProcessRunner:
         self.on_change = on_change
         self.stop_grace_s = stop_grace_s
         self.retain_finished = retain_finished
+        self.restart_advisor = restart_advisor
+        self.backoff = backoff or Backoff()
         self.placements: dict[str, RunningPlacement] = {}
         self.tombstones: set[str] = set()  # stopped before they ran: a late run command is refused
 
@@ -119,20 +148,35 @@ class ProcessRunner:
     async def start(self, placement_id: str, workload_id: str, spec: RunSpec) -> None:
         """Start a placement; an exec failure becomes a Failed state, never an exception."""
         state = PlacementState(placement_id=placement_id, workload_id=workload_id, state="Running")
-        entry = RunningPlacement(state=state, spec=spec)
+        entry = RunningPlacement(state=state, spec=spec, cpu=spec.cpu, memory=spec.memory)
         self.placements[placement_id] = entry
-        log_path = self.logs / f"{placement_id}.log"
+        error = await self._spawn(entry)
+        if error is not None:
+            self._finish_unstartable(entry, error)
+            return
+        state.started_at = time.time()
+        self.on_change(state)
+        entry.task = asyncio.create_task(self._supervise(entry), name=f"watch-{placement_id}")
+
+    def _log_path(self, entry: RunningPlacement) -> Path:
+        return self.logs / f"{entry.state.placement_id}.log"
+
+    async def _spawn(self, entry: RunningPlacement) -> tuple[int, str] | None:
+        """Start the placement's process with its current quotas; (exit code, message) if exec failed."""
+        spec, state = entry.spec, entry.state
         env = {
             **os.environ,
             **spec.env,
-            "EDGEPLANE_PLACEMENT_ID": placement_id,
-            "EDGEPLANE_WORKLOAD_ID": workload_id,
+            "EDGEPLANE_PLACEMENT_ID": state.placement_id,
+            "EDGEPLANE_WORKLOAD_ID": state.workload_id,
+            "EDGEPLANE_RESTARTS": str(state.restarts),
         }
         if spec.gpu_indices:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
         entry.limits = ["memory:rlimit_as"]
         try:
-            with log_path.open("wb") as log_file:
+            # A restart appends to the log, so the output of every run is kept.
+            with self._log_path(entry).open("ab" if state.restarts else "wb") as log_file:
                 entry.process = await asyncio.create_subprocess_exec(
                     *spec.command,
                     stdin=asyncio.subprocess.DEVNULL,
@@ -141,51 +185,111 @@ class ProcessRunner:
                     cwd=str(self.work_dir),
                     env=env,
                     start_new_session=True,
-                    preexec_fn=_limits_preexec(spec.memory),
+                    preexec_fn=_limits_preexec(entry.memory),
                 )
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
-            now = time.time()
-            state.state, state.exit_code = "Failed", 127 if isinstance(exc, FileNotFoundError) else 126
-            state.started_at, state.finished_at = now, now
+            entry.process = None
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            state.message = f"could not start {spec.command[0]!r}: {reason}"
-            self.on_change(state)
-            self._trim()
-            return
-        state.started_at = time.time()
-        self.on_change(state)
-        entry.task = asyncio.create_task(self._watch(entry, log_path), name=f"watch-{placement_id}")
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            return code, f"could not start {spec.command[0]!r}: {reason}"
+        return None
 
-    async def _watch(self, entry: RunningPlacement, log_path: Path) -> None:
-        process = entry.process
-        assert process is not None
-        timed_out = False
+    def _finish_unstartable(self, entry: RunningPlacement, error: tuple[int, str]) -> None:
+        now = time.time()
+        state = entry.state
+        state.state, (state.exit_code, state.message) = "Failed", error
+        state.started_at = state.started_at or now
+        state.finished_at = now
+        self.on_change(state)
+        self._trim()
+
+    async def _wait_exit(self, process: asyncio.subprocess.Process, deadline: float | None) -> bool:
+        """Wait for ``process`` to exit; True when the placement's deadline passed first (it is killed)."""
         try:
-            if entry.spec.timeout_s:
-                await asyncio.wait_for(process.wait(), timeout=entry.spec.timeout_s)
+            if deadline is not None:
+                await asyncio.wait_for(process.wait(), timeout=max(0.0, deadline - time.monotonic()))
             else:
                 await process.wait()
         except TimeoutError:
-            timed_out = True
             await self._kill(process)
-        code = process.returncode if process.returncode is not None else -signal.SIGKILL
-        state = entry.state
-        state.exit_code = 128 - code if code < 0 else code
+            return True
+        return False
+
+    async def _supervise(self, entry: RunningPlacement) -> None:
+        """Watch the process; restart it while the restart policy (and the local policy) say so."""
+        spec, state = entry.spec, entry.state
+        deadline = time.monotonic() + spec.timeout_s if spec.timeout_s else None
+        while True:
+            process = entry.process
+            assert process is not None
+            timed_out = await self._wait_exit(process, deadline)
+            code = process.returncode if process.returncode is not None else -signal.SIGKILL
+            state.exit_code = 128 - code if code < 0 else code
+            if entry.stop_requested:
+                state.state, state.message = "Cancelled", "stopped on request"
+                break
+            if timed_out:
+                state.state, state.message = "Failed", f"timed out after {spec.timeout_s:g}s"
+                break
+            exited = self._exit_message(entry)
+            if not wants_restart(spec.restart_policy, state.exit_code, state.restarts, spec.max_restarts):
+                state.state = "Succeeded" if state.exit_code == 0 else "Failed"
+                state.message = exited
+                if wants_restart(spec.restart_policy, state.exit_code, 0, 1):  # only the limit stopped it
+                    limit = f"max_restarts ({spec.max_restarts}) reached"
+                    state.message = f"{exited} ({limit})" if exited else limit
+                break
+            # Back-off; stop() sets wake to end it early, the deadline still counts.
+            delay = self.backoff.delay(state.restarts)
+            if deadline is not None and deadline - time.monotonic() <= delay:
+                delay = max(0.0, deadline - time.monotonic())
+                timed_out = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(entry.wake.wait(), timeout=delay)
+            if entry.stop_requested:
+                state.state, state.message = "Cancelled", "stopped on request"
+                break
+            if timed_out:
+                state.state, state.message = "Failed", f"timed out after {spec.timeout_s:g}s"
+                break
+            choice = self._advise(entry)
+            if not choice.restart:
+                state.state = "Failed"
+                state.message = f"{choice.reason} after {exited or 'exit code 0'}"
+                break
+            entry.cpu, entry.memory = choice.cpu, choice.memory
+            state.restarts += 1
+            error = await self._spawn(entry)
+            if error is not None or entry.process is None:
+                state.exit_code, state.message = error or (126, "could not restart")
+                state.state = "Failed"
+                break
+            if entry.stop_requested:  # stopped while the new process was being started
+                await self._kill(entry.process)
+                continue
+            state.exit_code = None
+            state.message = f"restart {state.restarts} after {exited or 'exit code 0'}; {choice.reason}"
+            log.info("placement %s restarted (%s)", state.placement_id, state.message)
+            self.on_change(state)
         state.finished_at = time.time()
-        if entry.stop_requested:
-            state.state, state.message = "Cancelled", "stopped on request"
-        elif timed_out:
-            state.state, state.message = "Failed", f"timed out after {entry.spec.timeout_s:g}s"
-        elif code == 0:
-            state.state, state.message = "Succeeded", ""
-        else:
-            tail = _tail(log_path)
-            state.state = "Failed"
-            state.message = f"exit code {state.exit_code}" + (
-                f": {tail.splitlines()[-1][:300]}" if tail else ""
-            )
         self.on_change(state)
         self._trim()
+
+    def _exit_message(self, entry: RunningPlacement) -> str:
+        code = entry.state.exit_code
+        if code == 0:
+            return ""
+        tail = _tail(self._log_path(entry))
+        return f"exit code {code}" + (f": {tail.splitlines()[-1][:300]}" if tail else "")
+
+    def _advise(self, entry: RunningPlacement) -> RestartChoice:
+        if self.restart_advisor is None:
+            return as_requested(entry.spec)
+        try:
+            return self.restart_advisor(entry)
+        except Exception:  # an advisor bug must not leave the placement hanging: restart as asked
+            log.exception("restart advisor failed for %s", entry.state.placement_id)
+            return as_requested(entry.spec)
 
     async def _kill(self, process: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -198,17 +302,18 @@ class ProcessRunner:
             await process.wait()
 
     async def stop(self, placement_id: str) -> bool:
-        """Stop a placement; False when this agent never had it (it is tombstoned instead)."""
+        """Stop a placement (also while it waits to restart); False when this agent never had it."""
         entry = self.placements.get(placement_id)
         if entry is None:
             self.tombstones.add(placement_id)
             return False
-        if entry.state.state in TERMINAL or entry.process is None:
+        if entry.state.state in TERMINAL or entry.task is None:
             return True
         entry.stop_requested = True
-        await self._kill(entry.process)
-        if entry.task is not None:
-            await asyncio.shield(entry.task)
+        entry.wake.set()
+        if entry.process is not None and entry.process.returncode is None:
+            await self._kill(entry.process)
+        await asyncio.shield(entry.task)
         return True
 
     async def stop_all(self) -> None:

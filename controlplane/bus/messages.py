@@ -29,6 +29,7 @@ from typing import Any, ClassVar, TypeVar, Union
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "RESTART_POLICIES",
     "BidRequestV1",
     "BidV1",
     "CommandAckV1",
@@ -60,6 +61,8 @@ __all__ = [
 
 DEFAULT_PREFIX = "edgeplane.v1"
 SCHEMA_VERSION = 1
+# RunSpec.restart_policy values: when the agent restarts a placement's process itself.
+RESTART_POLICIES = ("never", "on-failure", "always")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
 
 
@@ -178,11 +181,20 @@ class PlacementState:
     started_at: float | None = None
     finished_at: float | None = None
     message: str = ""
+    # How often the agent restarted the process locally (restart_policy); the state stays
+    # Running while it restarts. Defaulted so that reports from older agents still parse.
+    restarts: int = 0
 
 
 @dataclass(slots=True)
 class RunSpec:
-    """What an agent needs to run one placement."""
+    """What an agent needs to run one placement.
+
+    ``restart_policy`` (``never`` | ``on-failure`` | ``always``) and ``max_restarts`` tell the agent
+    when to restart the process itself (see ``edge_agent.restarts``); ``offer`` is the replica as
+    the local policy sees it (the same offer the hub's bid round sends), for those restart
+    decisions. All three have defaults, so run commands from older hubs still parse.
+    """
 
     command: list[str]
     env: dict[str, str] = field(default_factory=dict)
@@ -191,6 +203,9 @@ class RunSpec:
     gpu_indices: list[int] = field(default_factory=list)
     mig: list[str] = field(default_factory=list)
     timeout_s: float | None = None
+    restart_policy: str = "never"
+    max_restarts: int = 5
+    offer: OfferSpec | None = None
 
 
 @dataclass(slots=True)

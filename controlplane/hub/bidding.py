@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from controlplane.bus.messages import BidRequestV1, BidV1, MessageError, OfferSpec, decode, encode
+from controlplane.bus.messages import BidRequestV1, BidV1, MessageError, decode, encode
 from controlplane.hub.placement import ReplicaChoice
 from controlplane.hub.spec import WorkloadSpec
 
@@ -77,18 +77,7 @@ async def run_bid_round(
     ]
     if not asked:
         return None
-    resources = spec.resources
-    offer = OfferSpec(
-        cpu=resources.cpu,
-        memory=resources.memory,
-        gpu=resources.gpu,
-        mig=list(resources.mig),
-        dpu=resources.dpu,
-        kind={"inference": "service"}.get(spec.kind, spec.kind),
-        sla_s=spec.sla_latency_s,
-        runtime_s=spec.timeout_s,
-        priority=spec.priority,
-    )
+    offer = spec.offer()
     request = BidRequestV1(
         request_id=uuid.uuid4().hex,
         workload_id=workload_id,

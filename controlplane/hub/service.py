@@ -401,10 +401,34 @@ class Hub:
                     s, "PlacementRunning", "workload", placement.workload_id, f"on {placement.node}"
                 )
                 await self._refresh_workload(s, placement.workload_id)
+            # A Running report after the agent restarted the process locally is normal: it only
+            # moves the restart count (and the message) forward; the placement stays Running.
+            self._note_restarts(s, placement, state, now)
         elif state.state in ("Succeeded", "Failed", "Cancelled"):
+            self._note_restarts(s, placement, state, now)
             placement.exit_code = state.exit_code
             placement.started_at = placement.started_at or state.started_at
             await self._end_placement(s, placement, state.state, state.message, finished_at=state.finished_at)
+
+    def _note_restarts(
+        self, s: AsyncSession, placement: PlacementRow, state: PlacementState, now: float
+    ) -> None:
+        """Record local restarts the agent reports; counts only grow (replays and reordering are no-ops)."""
+        if state.restarts <= (placement.restarts or 0):
+            return
+        placement.restarts = state.restarts
+        placement.updated_at = now
+        if state.state == "Running":
+            placement.message = state.message
+        Store.add_event(
+            s,
+            "PlacementRestarted",
+            "workload",
+            placement.workload_id,
+            f"replica {placement.replica} on {placement.node}: restart {state.restarts}"
+            + (f" ({state.message})" if state.state == "Running" and state.message else ""),
+            {"placement_id": placement.id, "restarts": state.restarts},
+        )
 
     async def _end_placement(
         self,
@@ -813,6 +837,9 @@ class Hub:
                                         ],
                                         mig=list(spec.resources.mig),
                                         timeout_s=spec.timeout_s,
+                                        restart_policy=spec.restart_policy,
+                                        max_restarts=spec.max_restarts,
+                                        offer=spec.offer(),
                                     ),
                                 ),
                             )

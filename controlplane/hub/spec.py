@@ -6,13 +6,18 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from controlplane.bus.messages import RESTART_POLICIES, OfferSpec
 from controlplane.errors import ValidationError
 from controlplane.resources import ResourceRequest
 
-__all__ = ["Affinity", "WorkloadSpec"]
+__all__ = ["RESTART_POLICIES", "Affinity", "WorkloadSpec"]
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 KINDS = ("batch", "service", "analytics", "inference")
+# Local restarts by the agent (edge_agent/restarts.py); restart_policy takes RESTART_POLICIES,
+# defined with the run command in controlplane/bus/messages.py.
+DEFAULT_MAX_RESTARTS = 5
+MAX_MAX_RESTARTS = 10_000
 _TOP_KEYS = {
     "name",
     "command",
@@ -26,6 +31,8 @@ _TOP_KEYS = {
     "kind",
     "sla_latency_s",
     "timeout_s",
+    "restart_policy",
+    "max_restarts",
 }
 
 
@@ -84,6 +91,8 @@ class WorkloadSpec:
     kind: str = "batch"
     sla_latency_s: float | None = None
     timeout_s: float | None = None
+    restart_policy: str = "never"
+    max_restarts: int = DEFAULT_MAX_RESTARTS
 
     @classmethod
     def parse(cls, body: Any) -> WorkloadSpec:
@@ -134,10 +143,31 @@ class WorkloadSpec:
             spec.kind = body["kind"]
         spec.sla_latency_s = _positive(body, "sla_latency_s")
         spec.timeout_s = _positive(body, "timeout_s")
+        if "restart_policy" in body:
+            if body["restart_policy"] not in RESTART_POLICIES:
+                raise ValidationError(f"must be one of {', '.join(RESTART_POLICIES)}", field="restart_policy")
+            spec.restart_policy = body["restart_policy"]
+        spec.max_restarts = _int(body, "max_restarts", DEFAULT_MAX_RESTARTS, 0, MAX_MAX_RESTARTS)
         return spec
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def offer(self) -> OfferSpec:
+        """One replica as a node's local policy sees it (bids, and the agent's restart decisions)."""
+        resources = self.resources
+        return OfferSpec(
+            cpu=resources.cpu,
+            memory=resources.memory,
+            gpu=resources.gpu,
+            mig=list(resources.mig),
+            dpu=resources.dpu,
+            # The policy knows service/function/batch/analytics; inference behaves like a service.
+            kind={"inference": "service"}.get(self.kind, self.kind),
+            sla_s=self.sla_latency_s,
+            runtime_s=self.timeout_s,
+            priority=self.priority,
+        )
 
     @classmethod
     def from_stored(cls, data: dict[str, Any]) -> WorkloadSpec:
@@ -153,6 +183,9 @@ class WorkloadSpec:
         spec.kind = data.get("kind", "batch")
         spec.sla_latency_s = data.get("sla_latency_s")
         spec.timeout_s = data.get("timeout_s")
+        # Specs stored before restarts existed have neither key.
+        spec.restart_policy = data.get("restart_policy", "never")
+        spec.max_restarts = int(data.get("max_restarts", DEFAULT_MAX_RESTARTS))
         return spec
 
 

@@ -14,7 +14,7 @@ comes next, so there is no horizon and no discounting). A state is drawn with a 
   (runtime estimate with 20% error, SLA = factor x estimate + slack, remote input data); 90% of
   offers come from classes the node's type can run (what the hub would send), 10% from anything;
 * weights: 25% the reward's defaults (1, 2, 1, 4), else w1 ~ U(0.2, 2), w2 ~ U(0.5, 4),
-  w3 ~ U(0, 2), w4 ~ U(1, 8); then w3 adapted by ``energy_weight`` (default rule 80%, a random
+  w3 ~ U(0, 2), w4 ~ U(1, 8); then w3 adapted by ``energy_weight`` (rule x2 80%, a random
   multiplier/gain 10%, disabled 10%). Several weight draws share one state.
 
 Reward of a bin: :func:`controlplane.scheduling.reward.reward` with the bin's quotas and the
@@ -307,6 +307,9 @@ def sample_state(rng: np.random.Generator, cfg: EnvConfig | None = None) -> tupl
     return node, _offer(rng, cfg, grp, world.presets)
 
 
+TRAINING_BATTERY_MULTIPLIER = 2.0
+
+
 def sample_weights(rng: np.random.Generator, node: NodeView, cfg: EnvConfig | None = None) -> Weights:
     """Effective weights for a decision on ``node`` (base draw, then the battery rule)."""
     cfg = cfg or EnvConfig()
@@ -322,7 +325,9 @@ def sample_weights(rng: np.random.Generator, node: NodeView, cfg: EnvConfig | No
         )
     mode = int(rng.choice(3, p=np.array(cfg.adaptive_probabilities)))
     if mode == 0:
-        return effective_weights(base, node)
+        # The rule the shipped model was trained with (x2; the runtime default is now x4, whose
+        # effective w3 at the default base weights, up to 16, stays inside the range drawn here).
+        return effective_weights(base, node, battery_multiplier=TRAINING_BATTERY_MULTIPLIER)
     if mode == 1:
         return effective_weights(
             base,

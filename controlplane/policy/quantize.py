@@ -33,6 +33,7 @@ import numpy.typing as npt
 from controlplane.policy.env import Samples
 from controlplane.policy.export import INPUT_NAME, LOGITS_NAME, Q_NAME
 from controlplane.policy.train import N_OUTPUTS, mean_reward, split_heads
+from controlplane.scheduling.reward import AdaptiveWeights
 from edge_agent.policy.actions import ACTION_SPEC, N_BINS, select_actions, select_from_logits
 from edge_agent.policy.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, N_FEATURES
 
@@ -242,8 +243,8 @@ def write_metadata(model_dir: Path, body: dict[str, Any]) -> Path:
         "weight_rule": {
             "inputs": "effective w1..w4; the agent adapts w3 before every decision",
             "w3_on_battery": "w3 * battery_multiplier * (1 + low_battery_gain * (1 - battery_percent / 100))",
-            "battery_multiplier": 2.0,
-            "low_battery_gain": 3.0,
+            "battery_multiplier": AdaptiveWeights().battery_multiplier,
+            "low_battery_gain": AdaptiveWeights().low_battery_gain,
             "implementation": "controlplane.scheduling.reward.energy_weight via edge_agent.policy.weights",
         },
         "outputs": {

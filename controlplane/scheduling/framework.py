@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_NODE_SCORE",
     "STATE_ACTIONS",
+    "STATE_EXCLUDED",
     "STATE_NOW",
     "STATE_REPLICA",
     "BindPlugin",
@@ -65,6 +66,9 @@ MAX_NODE_SCORE = 100.0
 STATE_ACTIONS = "core/actions"  # NodeActions of this replica
 STATE_NOW = "core/now"  # the scheduler clock, seconds
 STATE_REPLICA = "core/replica"  # replica index being placed
+# A key a score plugin may write: a bool array over the candidates it scored; True means the node
+# must not be chosen (a local policy declined the work). Ignored when it excludes every candidate.
+STATE_EXCLUDED = "core/excluded"
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

@@ -20,8 +20,9 @@ A profile is a mapping (or a YAML file holding one)::
 
 A plugin takes part in every extension point it implements (like kube's ``multiPoint``).
 Built-in profiles: ``default`` (kube-scheduler's default scoring), ``binpack`` (Volcano's
-binpack), ``edgeplane`` (the multi-objective reward) and ``edgeplane-fixed`` (the same with the
-adaptive energy weight switched off, for battery comparisons).
+binpack), ``edgeplane`` (the multi-objective reward), ``edgeplane-fixed`` (the same with the
+adaptive energy weight switched off, for battery comparisons) and ``edgeplane-learned``
+(``edgeplane`` with the edge agents' int8 local policy bidding in place of the reward score).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import yaml
 
 from controlplane.errors import ConfigError
 from controlplane.scheduling.actions import ACCELERATOR_POLICIES, ActionSpaceConfig
-from controlplane.scheduling.plugins.registry import REGISTRY
+from controlplane.scheduling.plugins.registry import REGISTRY, VALIDATORS
 from controlplane.scheduling.reward import RewardConfig
 
 __all__ = ["BUILTIN_PROFILES", "PluginSpec", "Profile", "load_profile", "parse_profile"]
@@ -104,7 +105,7 @@ _EDGEPLANE: dict[str, Any] = {
     "tie_break": "random",
     "reward": {
         "weights": {"util": 1.0, "qos": 2.0, "energy": 1.0, "penalty": 4.0},
-        "adaptive": {"enabled": True, "battery_multiplier": 2.0, "low_battery_gain": 3.0},
+        "adaptive": {"enabled": True, "battery_multiplier": 4.0, "low_battery_gain": 3.0},
         # 0.70: where published interference studies see co-located work start to slow down
         # (the simulator's ground truth uses the same literature value, see docs/scheduling.md).
         "knee": 0.70,
@@ -122,11 +123,35 @@ def _variant(base: dict[str, Any], name: str, reward: dict[str, Any]) -> dict[st
     return out
 
 
+def _learned(base: dict[str, Any], name: str) -> dict[str, Any]:
+    """``base`` with its MultiObjective score replaced by the agents' local policy (same weight).
+
+    Filters, post-filters, the other scores and the reward block stay; the reward block becomes
+    the plugin's args (the agents' base weights and battery rule, and the fallback score).
+    """
+    out = copy.deepcopy(base)
+    out["name"] = name
+    out["plugins"] = [
+        {
+            "name": "LocalPolicyBid",
+            "weight": p.get("weight", 1.0),
+            "args": {"reward": copy.deepcopy(out["reward"])},
+        }
+        if p["name"] == "MultiObjective"
+        else p
+        for p in out["plugins"]
+    ]
+    return out
+
+
 BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     "default": _UPSTREAM_DEFAULT,
     "binpack": _VOLCANO_BINPACK,
     "edgeplane": _EDGEPLANE,
     "edgeplane-fixed": _variant(_EDGEPLANE, "edgeplane-fixed", {"adaptive": {"enabled": False}}),
+    # The edge agents' int8 local policy deciding placement (controlplane/scheduling/plugins/
+    # local_policy_bid.py): loads onnxruntime and the shipped model when it is loaded.
+    "edgeplane-learned": _learned(_EDGEPLANE, "edgeplane-learned"),
 }
 
 
@@ -232,6 +257,12 @@ def parse_profile(data: Any, *, source: str = "<profile>") -> Profile:
         args = item.get("args") or {}
         if not isinstance(args, Mapping):
             raise ConfigError(source, f"{key}.args", "must be a mapping")
+        check = VALIDATORS.get(pname)
+        if check is not None:
+            try:
+                check(args)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(source, f"{key}.args", str(exc)) from None
         plugins.append(PluginSpec(name=pname, weight=weight, args=dict(args)))
     space_raw = data.get("action_space") or {}
     if not isinstance(space_raw, Mapping):

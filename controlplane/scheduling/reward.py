@@ -71,7 +71,7 @@ class AdaptiveWeights:
     """How ``w3`` adapts on battery-powered nodes (disable for fixed weights)."""
 
     enabled: bool = True
-    battery_multiplier: float = 2.0
+    battery_multiplier: float = 4.0
     low_battery_gain: float = 3.0
 
 

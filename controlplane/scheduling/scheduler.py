@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,6 +35,7 @@ from controlplane.scheduling.actions import ActionSpace, Candidates, NodeActions
 from controlplane.scheduling.framework import (
     MAX_NODE_SCORE,
     STATE_ACTIONS,
+    STATE_EXCLUDED,
     STATE_NOW,
     STATE_REPLICA,
     BindPlugin,
@@ -69,12 +70,19 @@ from controlplane.scheduling.model import (
 )
 from controlplane.scheduling.nodetable import NodeTable
 from controlplane.scheduling.plugins.data_locality import transfer_seconds
+from controlplane.scheduling.plugins.energy import Energy
 from controlplane.scheduling.plugins.multi_objective import STATE_TERMS, MultiObjective
 from controlplane.scheduling.plugins.registry import REGISTRY
 from controlplane.scheduling.power import PowerModel
 from controlplane.scheduling.profiles import Profile, load_profile
 from controlplane.scheduling.queue import SchedulingQueue
-from controlplane.scheduling.reward import NodeSnapshot, RewardBreakdown, RewardConfig, reward
+from controlplane.scheduling.reward import (
+    NodeSnapshot,
+    RewardBreakdown,
+    RewardConfig,
+    energy_weight,
+    reward,
+)
 from controlplane.scheduling.topology import TopologyGraph
 
 __all__ = [
@@ -160,6 +168,7 @@ class Scheduler:
         self._reservers: list[ReservePlugin] = []
         self._binders: list[BindPlugin] = []
         self._reward_config = RewardConfig()
+        self._energy_rule: RewardConfig | None = None
         names = set()
         for i, spec in enumerate(self.profile.plugins):
             args = dict(spec.args)
@@ -172,6 +181,10 @@ class Scheduler:
             names.add(spec.name)
             if isinstance(plugin, MultiObjective):
                 self._reward_config = plugin.config
+                if plugin.config.adaptive.enabled:
+                    self._energy_rule = plugin.config
+            if isinstance(plugin, Energy) and plugin.rule.adaptive.enabled:
+                self._energy_rule = plugin.rule
             if isinstance(plugin, PreFilterPlugin):
                 self._pre_filters.append(plugin)
             if isinstance(plugin, FilterPlugin):
@@ -188,6 +201,27 @@ class Scheduler:
                 self._binders.append(plugin)
         # Resource masking is not optional: without the plugin the core still applies it.
         self._fit_builtin = "NodeResourcesFit" not in names
+
+    @property
+    def battery_aware(self) -> bool:
+        """Whether this profile raises the energy weight on battery (an adaptive rule is on)."""
+        return self._energy_rule is not None
+
+    def energy_weights(self, names: Sequence[str]) -> FloatArray:
+        """The energy weight ``w3`` of each named node under this profile's rule, from the node's
+        last reported power source and charge (the configured ``w3`` for every node when the
+        profile has no adaptive rule). Unknown names get the configured ``w3``."""
+        rule = self._energy_rule or self._reward_config
+        base = rule.weights.energy
+        rows = np.array([self.nodes.index.get(n, -1) for n in names], dtype=np.int64)
+        known = rows >= 0
+        result = np.full(len(rows), base, dtype=np.float64)
+        if self._energy_rule is not None and known.any():
+            r = rows[known]
+            result[known] = energy_weight(
+                self._energy_rule, self.nodes.on_battery[r].astype(np.float64), self.nodes.battery_pct[r]
+            )
+        return result
 
     # -- nodes -----------------------------------------------------------------------------
 
@@ -373,12 +407,16 @@ class Scheduler:
                 norm = clip(raw, 0.0, MAX_NODE_SCORE)
             total += weight * norm
             per_plugin.append((plugin.name, weight, raw, norm))
-        best = self._select(total)
+        ranking = total
+        excluded = state.get(STATE_EXCLUDED)
+        if excluded is not None and excluded.any() and not excluded.all():
+            ranking = np.where(excluded, -np.inf, total)
+        best = self._select(ranking)
         assignment = cand.assignment(best, t)
         expl = None
         if explain:
             expl = self._explain(
-                replica, report, cand, total, per_plugin, best, assignment, state, len(feasible)
+                replica, report, cand, total, per_plugin, best, assignment, state, len(feasible), ranking
             )
         return _Cycle(
             status=Status.success(),
@@ -423,12 +461,14 @@ class Scheduler:
         assignment: Assignment,
         state: CycleState,
         feasible_nodes: int,
+        ranking: FloatArray,
     ) -> dict[str, Any]:
         t = self.nodes
-        k = min(self.explain_top + 1, len(total))
-        top = np.argpartition(-total, k - 1)[:k] if k < len(total) else np.arange(len(total))
-        top = top[np.argsort(-total[top], kind="stable")]
-        order = [best, *[int(i) for i in top if int(i) != best][: self.explain_top]]
+        k = min(self.explain_top + 1, len(ranking))
+        top = np.argpartition(-ranking, k - 1)[:k] if k < len(ranking) else np.arange(len(ranking))
+        top = top[np.argsort(-ranking[top], kind="stable")]
+        # Alternatives are nodes that could have been chosen (not excluded ones).
+        order = [best, *[int(i) for i in top if int(i) != best and ranking[i] > -np.inf][: self.explain_top]]
         terms = state.get(STATE_TERMS)
 
         def entry(k: int) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = ["configure", "run"]
@@ -17,7 +18,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--preset", default="seed-200", help="scenario: seed-200, multi-cluster, edge-battery"
     )
     parser.add_argument(
-        "--schedulers", default="default,binpack,edgeplane", help="comma-separated scheduler (profile) names"
+        "--schedulers",
+        default=None,
+        help="comma-separated scheduler (profile) names; default: battery-aware,fixed-weights on "
+        "edge-battery, default,binpack,edgeplane elsewhere",
     )
     parser.add_argument("--hours", type=float, default=1.0, help="measured simulated hours (after warm-up)")
     parser.add_argument(
@@ -44,9 +48,10 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from controlplane.errors import ConfigError
     from controlplane.scheduling.profiles import load_profile
+    from controlplane.sim.battery import format_battery_comparison
     from controlplane.sim.presets import PRESETS
     from controlplane.sim.report import PlotUnavailable, format_table, write_plot
-    from controlplane.sim.runner import SCHEDULERS, register_scheduler, run_comparison
+    from controlplane.sim.runner import SCHEDULERS, default_schedulers, register_scheduler, run_comparison
 
     if args.preset not in PRESETS:
         return _fail(f"unknown preset {args.preset!r} (known: {', '.join(PRESETS)})")
@@ -63,7 +68,10 @@ def run(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             return _fail(str(exc))
         register_scheduler(name, path)
-    names = [n.strip() for n in args.schedulers.split(",") if n.strip()]
+    if args.schedulers is None:
+        names = default_schedulers(args.preset)
+    else:
+        names = [n.strip() for n in args.schedulers.split(",") if n.strip()]
     if not names:
         return _fail("--schedulers is empty")
     unknown = [n for n in names if n not in SCHEDULERS]
@@ -71,6 +79,14 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"unknown scheduler {unknown[0]!r} (known: {', '.join(SCHEDULERS)})")
     if len(set(names)) != len(names):
         return _fail("--schedulers lists a name twice")
+    # Load every profile before the first run, so a broken one (say, a learned policy whose
+    # model file is missing) fails now with its reason, not hours into the comparison.
+    for name in names:
+        profile = SCHEDULERS[name]
+        try:
+            load_profile(dict(profile) if isinstance(profile, Mapping) else profile)
+        except ConfigError as exc:
+            return _fail(f"scheduler {name!r}: {exc}")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         return _fail("--plot needs matplotlib, which is an optional extra: pip install 'edgeplane[plot]'")
 
@@ -96,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
         progress=progress,
     )
     print(format_table(report))
+    if "battery_comparison" in report:
+        print()
+        print(format_battery_comparison(report["battery_comparison"], report["runs"]))
     if args.json_path:
         Path(args.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_path).write_text(

@@ -205,6 +205,8 @@ class RunRecord:
     sleeps: int = 0
     wakes: int = 0
     battery_deaths: int = 0
+    battery_nodes: int = 0
+    depleted_batteries: int = 0
     min_battery_pct: float | None = None
     battery_drawn_wh: float = 0.0
     unfinished: int = 0
@@ -702,7 +704,14 @@ class Simulation:
                 if covered is not None:
                     waking_free[covered] -= res.cpu
                     continue
-                sleeper = next((n for n in self.nodes if n.state == "sleep" and self._can_host(n, res)), None)
+                sleeper = next(
+                    (
+                        n
+                        for n in self._wake_order(self.nodes)
+                        if n.state == "sleep" and self._can_host(n, res)
+                    ),
+                    None,
+                )
                 if sleeper is None or wakes >= 20:
                     break
                 self._wake(sleeper)
@@ -718,7 +727,7 @@ class Simulation:
             free += sum(n.cpu for n in alive if n.state == "waking")
             empty = sum(1 for n in alive if (n.state == "on" and not n.replicas) or n.state == "waking")
             if free < reserve or empty < empty_target:
-                for n in alive:
+                for n in self._wake_order(alive):
                     if free >= reserve and empty >= empty_target:
                         break
                     if n.state == "sleep":
@@ -726,7 +735,7 @@ class Simulation:
                         free += n.cpu
                         empty += 1
                 continue
-            for n in alive:
+            for n in self._wake_order(alive, suspend=True):
                 if (
                     n.state == "on"
                     and not n.replicas
@@ -741,6 +750,20 @@ class Simulation:
                     self.sched.set_node_ready(n.name, False)
                     free -= n.cpu
                     empty -= 1
+
+    def _wake_order(self, nodes: list[_Node], *, suspend: bool = False) -> list[_Node]:
+        """Nodes in the order the power manager wakes them (``suspend``: suspends them).
+
+        Under a battery-aware profile a node's agent weights energy higher on battery (more as
+        the charge falls), so it is woken last and suspended first: the reserve of awake, empty
+        nodes is then held by mains-powered nodes, not by a battery draining through the night.
+        Without an adaptive rule (or with no node on battery) the order is the fleet order.
+        """
+        if not self.sched.battery_aware or not any(n.on_battery for n in nodes):
+            return list(nodes)
+        weights = self.sched.energy_weights([n.name for n in nodes])
+        order = np.argsort(-weights if suspend else weights, kind="stable")
+        return [nodes[i] for i in order]
 
     def _wake(self, node: _Node) -> None:
         self._advance(node, self.now)
@@ -766,6 +789,8 @@ class Simulation:
         rec.wall_s = wall_s
         rec.stats = dict(self.sched.stats)
         batteries = [n for n in self.nodes if n.has_battery]
+        rec.battery_nodes = len(batteries)
+        rec.depleted_batteries = sum(1 for n in batteries if n.dead_events > 0)
         if batteries:
             rec.min_battery_pct = min(n.min_battery_pct for n in batteries)
             rec.battery_drawn_wh = sum(n.battery_drawn_wh for n in batteries)

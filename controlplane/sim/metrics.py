@@ -12,6 +12,9 @@
 * ``large_gpu_schedulability``: share of large-GPU-memory tasks started within their patience.
 * ``decisions_per_s`` / ``p99_decision_latency_ms``: wall-clock of ``Scheduler.schedule`` calls
   (arrivals and resubmissions), explanations included.
+* ``battery_energy_kwh``: energy drawn from the batteries of solar + battery nodes over the whole
+  run (warm-up and drain included; charging not subtracted); ``depleted_batteries``: how many of
+  them ran flat at least once (``battery_deaths`` counts every time); ``battery_nodes``.
 """
 
 from __future__ import annotations
@@ -99,6 +102,9 @@ def summarise(rec: RunRecord) -> dict[str, Any]:
         "fragment_merges": rec.merges,
         "node_sleeps": rec.sleeps,
         "node_wakes": rec.wakes,
+        "battery_energy_kwh": rec.battery_drawn_wh / 1000.0,
+        "depleted_batteries": rec.depleted_batteries,
+        "battery_nodes": rec.battery_nodes,
         "battery_deaths": rec.battery_deaths,
         "min_battery_percent": rec.min_battery_pct,
         "battery_drawn_wh": rec.battery_drawn_wh,

@@ -19,6 +19,12 @@ _ROWS = (
 )
 
 
+_BATTERY_ROWS = (
+    ("battery_energy_kwh", "battery energy (kWh)", "num"),
+    ("depleted_batteries", "depleted batteries", "int"),
+)
+
+
 class PlotUnavailable(RuntimeError):
     """matplotlib is not installed (it is the optional ``plot`` extra)."""
 
@@ -26,12 +32,14 @@ class PlotUnavailable(RuntimeError):
 def _fmt(value: float, kind: str) -> str:
     if kind == "pct":
         return f"{100 * value:.1f}%"
+    if kind == "int":
+        return f"{int(value)}"
     return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
 def format_table(report: dict[str, Any]) -> str:
     """The metric table, one column per scheduler, then ratios against ``default``."""
-    results = report["schedulers"]
+    results = report["runs"]
     names = list(results)
     width = max(12, *(len(n) + 2 for n in names))
     lines = [
@@ -41,6 +49,9 @@ def format_table(report: dict[str, Any]) -> str:
     ]
     for key, label, kind in _ROWS:
         lines.append(f"{label:32}" + "".join(f"{_fmt(results[n][key], kind):>{width}}" for n in names))
+    if any(results[n].get("battery_nodes") for n in names):
+        for key, label, kind in _BATTERY_ROWS:
+            lines.append(f"{label:32}" + "".join(f"{_fmt(results[n][key], kind):>{width}}" for n in names))
     if "default" in results and len(names) > 1:
         base = results["default"]
         lines.append("")
@@ -65,11 +76,14 @@ def write_plot(report: dict[str, Any], path: str | Path) -> None:
         raise PlotUnavailable(
             "--plot needs matplotlib, which is an optional extra: pip install 'edgeplane[plot]'"
         ) from None
-    results = report["schedulers"]
+    results = report["runs"]
     names = list(results)
-    fig, axes = plt.subplots(2, 4, figsize=(16, 7))
+    rows: tuple[tuple[str, str, str], ...] = _ROWS
+    if any(results[n].get("battery_nodes") for n in names):
+        rows = _ROWS + _BATTERY_ROWS
+    fig, axes = plt.subplots(2, len(rows) // 2, figsize=(4 * len(rows) // 2, 7))
     colours = ["#7f7f7f", "#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
-    for ax, (key, label, kind) in zip(axes.flat, _ROWS, strict=True):
+    for ax, (key, label, kind) in zip(axes.flat, rows, strict=True):
         values = [results[n][key] * (100 if kind == "pct" else 1) for n in names]
         ax.bar(names, values, color=colours[: len(names)])
         ax.set_title(label + (" (%)" if kind == "pct" else ""), fontsize=10)

@@ -10,19 +10,32 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from controlplane.scheduling.profiles import BUILTIN_PROFILES
+from controlplane.sim.battery import ADAPTIVE, FIXED, battery_comparison
 from controlplane.sim.engine import Simulation
 from controlplane.sim.metrics import summarise
 from controlplane.sim.presets import Preset, get_preset, scale_preset
 from controlplane.sim.workload import generate_tasks
 
-__all__ = ["SCHEDULERS", "register_scheduler", "run_comparison"]
+__all__ = ["DEFAULT_SCHEDULERS", "SCHEDULERS", "default_schedulers", "register_scheduler", "run_comparison"]
 
 SCHEDULERS: dict[str, str | Mapping[str, Any]] = {name: name for name in BUILTIN_PROFILES}
+# The two sides of the battery comparison (controlplane.sim.battery), by what they mean.
+SCHEDULERS[ADAPTIVE] = "edgeplane"
+SCHEDULERS[FIXED] = "edgeplane-fixed"
+
+#: What ``controlplane simulate`` runs when ``--schedulers`` is not given.
+DEFAULT_SCHEDULERS: dict[str, list[str]] = {"edge-battery": [ADAPTIVE, FIXED]}
+FALLBACK_SCHEDULERS = ["default", "binpack", "edgeplane"]
 
 
 def register_scheduler(name: str, profile: str | Mapping[str, Any]) -> None:
     """Make ``name`` selectable with ``--schedulers`` (profile: built-in name, file path or mapping)."""
     SCHEDULERS[name] = profile
+
+
+def default_schedulers(preset: str) -> list[str]:
+    """The runs of a preset when none are named."""
+    return list(DEFAULT_SCHEDULERS.get(preset, FALLBACK_SCHEDULERS))
 
 
 def _data_nodes(preset: Preset) -> list[str]:
@@ -57,7 +70,9 @@ def run_comparison(
             progress=progress,
         )
         results[name] = summarise(sim.run())
-    return {
+    report: dict[str, Any] = {
+        "runs": results,
+        # The key before ``runs``; the same objects, kept so older readers still work.
         "schedulers": results,
         "preset": scenario.name,
         "seed": seed,
@@ -66,3 +81,7 @@ def run_comparison(
         "tasks_generated": len(tasks),
         "tasks_measured": sum(1 for t in tasks if t.measured),
     }
+    comparison = battery_comparison(results)
+    if comparison is not None:
+        report["battery_comparison"] = comparison
+    return report

@@ -94,6 +94,8 @@ class PlacementRow(Base):
     stop_acked: Mapped[bool] = mapped_column(Boolean, default=False)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
+    # How often the agent restarted the process locally (the workload's restart_policy).
+    restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     assignment: Mapped[dict[str, Any]] = mapped_column(default=dict)
     explanation: Mapped[dict[str, Any]] = mapped_column(default=dict)
     scheduled_at: Mapped[float] = mapped_column(Float)

@@ -4,7 +4,8 @@ An instance is a long-lived worker process (``worker.py``) that imported its han
 time from spawn to its ``ready`` line is the measured cold start. Each instance serves up to
 ``max_concurrency`` invocations at once. Idle instances are evicted after their keep-alive (set
 per function by the hub's policy) or earlier under memory pressure (least recently used first);
-an instance over its memory size (RSS) or past an invocation's timeout is killed.
+an instance over its memory size (RSS) or past an invocation's timeout is killed. While NATS is
+down the agent's local policy may also stop idle instances (``Agent._offline_scale_pass``).
 """
 
 from __future__ import annotations
@@ -80,6 +81,10 @@ class FunctionPool:
 
     def memory_in_use(self) -> int:
         return sum(i.code.memory for i in self.instances.values())
+
+    def idle_instances(self) -> list[Instance]:
+        """Warm instances serving nothing now (what the agent's offline scale-down looks at)."""
+        return [i for i in self.instances.values() if i.state == "idle"]
 
     def snapshot(self) -> list[FunctionInstance]:
         return [
@@ -460,8 +465,10 @@ class FunctionPool:
         for instance in list(self.instances.values()):
             idle_since = instance.last_used_at or instance.spawned_at
             if instance.state == "idle" and now - idle_since >= instance.keep_alive_s:
-                await self.stop_instance(instance, "keep-alive expired")
+                # Counted before the stop: stop_instance forgets the instance at once but then
+                # waits for the process to exit, and readers must not see it gone yet uncounted.
                 self.counters["evictions"] += 1
+                await self.stop_instance(instance, "keep-alive expired")
                 evicted += 1
                 continue
             try:
@@ -480,8 +487,8 @@ class FunctionPool:
         if available < 0.05 * psutil.virtual_memory().total:
             for instance in sorted(self.instances.values(), key=lambda i: i.last_used_at):
                 if instance.state == "idle":
-                    await self.stop_instance(instance, "evicted: node memory low")
                     self.counters["evictions"] += 1
+                    await self.stop_instance(instance, "evicted: node memory low")
                     evicted += 1
                     break
         return evicted

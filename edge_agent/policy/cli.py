@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p_bench.add_argument("-n", "--decisions", type=int, default=5000)
     p_bench.add_argument("--heuristic-decisions", type=int, default=300)
     p_bench.add_argument("--cpu", type=int, default=None, help="CPU to pin to (default: first allowed)")
+    p_bench.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every stage")
     p_bench.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -52,7 +54,7 @@ def _percentiles(times_s: list[float]) -> dict[str, float]:
     }
 
 
-def _timed(fn: Callable[[int], object], n: int) -> dict[str, float]:
+def _timed(fn: Callable[[int], object], n: int) -> list[float]:
     for i in range(min(n, 200)):  # warm-up
         fn(i)
     times = []
@@ -60,7 +62,20 @@ def _timed(fn: Callable[[int], object], n: int) -> dict[str, float]:
         t0 = time.perf_counter()
         fn(i)
         times.append(time.perf_counter() - t0)
-    return _percentiles(times)
+    return times
+
+
+def _rounds(stages: dict[str, tuple[Callable[[int], object], int]], rounds: int) -> dict[str, Any]:
+    """Time every stage ``rounds`` times, interleaved (a noisy spell hits all stages alike);
+    percentiles over all samples, plus each round's p50 (their spread shows the noise)."""
+    samples: dict[str, list[float]] = {name: [] for name in stages}
+    per_round: dict[str, list[float]] = {name: [] for name in stages}
+    for _ in range(rounds):
+        for name, (fn, n) in stages.items():
+            times = _timed(fn, n)
+            samples[name].extend(times)
+            per_round[name].append(_percentiles(times)["p50_us"])
+    return {name: {**_percentiles(samples[name]), "round_p50s_us": per_round[name]} for name in stages}
 
 
 def bench(
@@ -70,6 +85,7 @@ def bench(
     heuristic_decisions: int = 300,
     cpu: int | None = None,
     pin: bool = True,
+    rounds: int = 3,
 ) -> dict[str, Any]:
     """Latency figures (microseconds) for ``edge-agent policy bench``.
 
@@ -99,14 +115,17 @@ def bench(
 
     policy = LocalPolicy.load(model)
     out: dict[str, Any] = {"model": policy.info()["path"], "source": policy.source, "pinned_cpu": pinned}
-    out["features"] = _timed(lambda i: features(case(i)[0], case(i)[1], case(i)[2]), decisions)
-    out["mask"] = _timed(lambda i: action_mask(case(i)[0], case(i)[1]), decisions)
+    stages: dict[str, tuple[Callable[[int], object], int]] = {}
     if policy.uses_model:
         xs = [features(n, o, w)[None, :] for n, o, w in cases]
-        out["bare_model_call"] = _timed(lambda i: policy.outputs(xs[i % len(xs)]), decisions)
-    out["decide"] = _timed(lambda i: policy.decide(*case(i)), decisions)
+        stages["bare_model_call"] = (lambda i: policy.outputs(xs[i % len(xs)]), decisions)
+    stages["features"] = (lambda i: features(case(i)[0], case(i)[1], case(i)[2]), decisions)
+    stages["mask"] = (lambda i: action_mask(case(i)[0], case(i)[1]), decisions)
+    stages["decide"] = (lambda i: policy.decide(*case(i)), decisions)
     fallback = LocalPolicy.heuristic()
-    out["decide_heuristic"] = _timed(lambda i: fallback.decide(*case(i)), heuristic_decisions)
+    stages["decide_heuristic"] = (lambda i: fallback.decide(*case(i)), heuristic_decisions)
+    out.update(_rounds(stages, max(1, rounds)))
+    out["rounds"] = max(1, rounds)
     return out
 
 
@@ -161,15 +180,32 @@ def run(args: argparse.Namespace) -> int:
         else:
             _print_info(facts)
         return 0
+    if args.decisions <= 0 or args.heuristic_decisions <= 0 or args.rounds <= 0:
+        print(
+            "edge-agent policy bench: error: -n, --heuristic-decisions and --rounds must be positive",
+            file=sys.stderr,
+        )
+        return 2
     result = bench(
-        args.model, decisions=args.decisions, heuristic_decisions=args.heuristic_decisions, cpu=args.cpu
+        args.model,
+        decisions=args.decisions,
+        heuristic_decisions=args.heuristic_decisions,
+        cpu=args.cpu,
+        rounds=args.rounds,
     )
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"model: {result['model']} (source {result['source']}, pinned to CPU {result['pinned_cpu']})")
+    print(
+        f"model: {result['model']} (source {result['source']}, pinned to CPU {result['pinned_cpu']}, "
+        f"{result['rounds']} interleaved rounds)"
+    )
     for key in ("bare_model_call", "features", "mask", "decide", "decide_heuristic"):
         if key in result:
             r = result[key]
-            print(f"{key:<18} p50 {r['p50_us']:8.1f} us   p99 {r['p99_us']:8.1f} us   (n={r['n']})")
+            spread = ", ".join(f"{v:.1f}" for v in r["round_p50s_us"])
+            print(
+                f"{key:<18} p50 {r['p50_us']:8.1f} us   p99 {r['p99_us']:8.1f} us   (n={r['n']}; "
+                f"p50 per round: {spread})"
+            )
     return 0

@@ -37,6 +37,7 @@ __all__ = [
     "Offer",
     "features",
     "mig_free_from_occupancy",
+    "write_features",
 ]
 
 FEATURE_SCHEMA_VERSION = 1
@@ -213,6 +214,17 @@ def features(node: NodeView, offer: Offer, weights: Sequence[float]) -> npt.NDAr
     ``weights`` are the effective w1..w4 (w3 already adapted to the battery, see
     :func:`edge_agent.policy.weights.effective_weights`).
     """
+    return np.array(_values(node, offer, weights), dtype=np.float32)
+
+
+def write_features(
+    node: NodeView, offer: Offer, weights: Sequence[float], out: npt.NDArray[np.float32]
+) -> None:
+    """:func:`features` written into ``out`` (a float32 row of length :data:`N_FEATURES`)."""
+    out[:] = _values(node, offer, weights)
+
+
+def _values(node: NodeView, offer: Offer, weights: Sequence[float]) -> tuple[float, ...]:
     cap = node.cpu_capacity if node.cpu_capacity > 0 else 1e-9
     mcap = node.memory_capacity if node.memory_capacity > 0 else 1.0
     u_cpu = node.cpu_allocated / cap
@@ -300,7 +312,7 @@ def features(node: NodeView, offer: Offer, weights: Sequence[float]) -> npt.NDAr
         math.log1p(max(w3, 0.0)) / 3.0,
         _clip(w3 * energy_rel, 4.0),
     )
-    return np.array(values, dtype=np.float32)
+    return values
 
 
 def mig_free_from_occupancy(gpus: Iterable[tuple[int, int]]) -> tuple[int, int, int, int, int]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,13 @@ from edge_agent.policy.actions import (
     mask_entry,
 )
 from edge_agent.policy.errors import ModelIncompatibleError, ModelLoadError
-from edge_agent.policy.features import FEATURE_SCHEMA_VERSION, N_FEATURES, NodeView, Offer, features
+from edge_agent.policy.features import (
+    FEATURE_SCHEMA_VERSION,
+    N_FEATURES,
+    NodeView,
+    Offer,
+    write_features,
+)
 from edge_agent.policy.weights import validate_weights
 
 __all__ = ["DEFAULT_MODEL_PATH", "Decision", "LocalPolicy", "Source"]
@@ -44,7 +51,7 @@ DEFAULT_MODEL_PATH = Path(__file__).parent / "model" / "local_policy.int8.onnx"
 METADATA_NAME = "metadata.json"
 _QUANTIZED_OPS = (b"DequantizeLinear", b"MatMulInteger", b"QLinearMatMul", b"DynamicQuantizeLinear")
 
-Source = Literal["onnx-int8", "heuristic"]
+Source = Literal["onnx-int8", "onnx-fp32", "heuristic"]
 
 
 @dataclass(slots=True)
@@ -111,7 +118,25 @@ class LocalPolicy:
         self._session = session
         self._input = session.get_inputs()[0].name if session is not None else ""
         self._outputs = ["q", "logits"]
-        self.source: Source = "onnx-int8" if session is not None else "heuristic"
+        self.source: Source = "heuristic"
+        if session is not None:
+            # An unquantized model (the fp32 export, for comparisons) says so in its decisions.
+            quantized = any(op in path.read_bytes() for op in _QUANTIZED_OPS)
+            self.source = "onnx-int8" if quantized else "onnx-fp32"
+        # One decision at a time through pre-bound buffers: the features are written into the
+        # input the session reads and the outputs land in arrays we own, which saves the
+        # per-call input conversion and output allocation of ``session.run`` (about a third of
+        # a one-row call). The lock makes ``decide`` safe from several threads.
+        self._lock = threading.Lock()
+        self._x = np.zeros((1, N_FEATURES), dtype=np.float32)
+        self._q = np.zeros((1, N_BINS), dtype=np.float32)
+        self._logits = np.zeros((1, N_ACTIONS), dtype=np.float32)
+        self._binding: Any = None
+        if session is not None:
+            self._binding = session.io_binding()
+            self._binding.bind_cpu_input(self._input, self._x)
+            for name, array in (("q", self._q), ("logits", self._logits)):
+                self._binding.bind_output(name, "cpu", 0, np.float32, list(array.shape), array.ctypes.data)
 
     @classmethod
     def load(cls, path: str | None = None) -> LocalPolicy:
@@ -202,12 +227,14 @@ class LocalPolicy:
         w = validate_weights(weights)
         mask, blocked, masked = mask_entry(node, offer)
         if self._session is not None:
-            q, logits = self._session.run(self._outputs, {self._input: features(node, offer, w)[None, :]})
-            row = logits[0]
-            np.copyto(row, -np.inf, where=blocked)
-            best = int(row.argmax())
-            score = float(q[0, best]) if best < N_BINS else DECLINE_REWARD
-            source: Source = "onnx-int8"
+            with self._lock:
+                write_features(node, offer, w, self._x[0])
+                self._session.run_with_iobinding(self._binding)
+                row = self._logits[0]
+                np.copyto(row, -np.inf, where=blocked)
+                best = int(row.argmax())
+                score = float(self._q[0, best]) if best < N_BINS else DECLINE_REWARD
+            source = self.source
             decline = best == DECLINE
         else:
             from edge_agent.policy.heuristic import action_rewards

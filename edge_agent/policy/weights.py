@@ -38,7 +38,7 @@ def effective_weights(
     base: Sequence[float],
     node: NodeView,
     *,
-    battery_multiplier: float = 2.0,
+    battery_multiplier: float = 4.0,
     low_battery_gain: float = 3.0,
     adaptive: bool = True,
 ) -> Weights:

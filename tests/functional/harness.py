@@ -131,6 +131,16 @@ def write_power_supply(root: Path, *, on_battery: bool, percent: float = 80.0) -
     (battery / "status").write_text("Discharging\n" if on_battery else "Charging\n")
 
 
+# AgentConfig keys a test may set as they are (restart back-off, offline scale-down interval, ...).
+_PASS_THROUGH = {
+    "restart_backoff_s",
+    "restart_backoff_max_s",
+    "offline_scale_interval_s",
+    "local_policy",
+    "node_type",
+}
+
+
 @contextlib.asynccontextmanager
 async def running_agents(
     nats_url: str,
@@ -157,6 +167,7 @@ async def running_agents(
                 stop_grace_s=2.0,
                 labels=config.get("labels", {}),
                 subject_prefix=config.get("subject_prefix", "edgeplane.v1"),
+                **{k: v for k, v in config.items() if k in _PASS_THROUGH},
             )
             agent = Agent(
                 cfg, power=SysfsPowerReader(power_dir), gpus=StaticGpuReader(config.get("gpus", []))

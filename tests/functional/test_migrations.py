@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from controlplane.store.db import create_engine, current_revision, downgrade, head_revision, migrate
 from controlplane.store.models import Base
@@ -46,6 +46,58 @@ async def test_sqlite_migrates_up_from_empty_and_back(sqlite_url):
 @pytest.mark.postgres
 async def test_postgresql_migrates_up_from_empty_and_back(postgres_url):
     await _roundtrip(postgres_url)
+
+
+async def _placement_columns(engine) -> set[str]:
+    async with engine.connect() as conn:
+        return await conn.run_sync(lambda c: {col["name"] for col in inspect(c).get_columns("placements")})
+
+
+async def _restarts_roundtrip(url: str) -> None:
+    """0003 adds placements.restarts (0 for rows that existed) and its downgrade removes it, keeping rows."""
+    engine = create_engine(url)
+    try:
+        await migrate(engine, "0002")
+        assert "restarts" not in await _placement_columns(engine)
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO workloads (id, name, status, spec, replicas, priority, cancel_requested,"
+                    " message, created_at, updated_at) VALUES ('w1', 'old', 'Running', '{}', 1, 0, false,"
+                    " '', 1.0, 1.0)"
+                )
+            )
+            await conn.execute(
+                text(
+                    "INSERT INTO placements (id, workload_id, replica, attempt, node, cluster, status,"
+                    " command_id, acked, stop_acked, message, assignment, explanation, scheduled_at,"
+                    " updated_at) VALUES ('p1', 'w1', 0, 1, 'n1', 'default', 'Running', 'c1', true, false,"
+                    " '', '{}', '{}', 1.0, 1.0)"
+                )
+            )
+        await migrate(engine)
+        assert await current_revision(engine) == head_revision()
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT restarts FROM placements WHERE id = 'p1'"))).scalar() == 0
+        await downgrade(engine, "0002")
+        assert "restarts" not in await _placement_columns(engine)
+        async with engine.connect() as conn:
+            assert (
+                await conn.execute(text("SELECT status FROM placements WHERE id = 'p1'"))
+            ).scalar() == "Running"
+        await migrate(engine)
+        assert "restarts" in await _placement_columns(engine)
+    finally:
+        await engine.dispose()
+
+
+async def test_sqlite_placement_restarts_column_upgrades_and_downgrades(sqlite_url):
+    await _restarts_roundtrip(sqlite_url)
+
+
+@pytest.mark.postgres
+async def test_postgresql_placement_restarts_column_upgrades_and_downgrades(postgres_url):
+    await _restarts_roundtrip(postgres_url)
 
 
 @pytest.mark.postgres

@@ -20,14 +20,14 @@ async def test_going_on_battery_raises_w3_in_the_node_record_and_mains_restores_
         high = await wait_for(
             lambda: api.get("/v1/nodes/p1"), lambda n: n["power"]["source"] == "battery", timeout=3
         )
-        # 1.0 * 2 (battery) * (1 + 3 * (1 - 0.8)) = 3.2
-        assert high["weights"]["w3"] == 3.2
+        # 1.0 * 4 (battery) * (1 + 3 * (1 - 0.8)) = 6.4
+        assert high["weights"]["w3"] == 6.4
 
         write_power_supply(agents[0].power_dir, on_battery=True, percent=20)
         low = await wait_for(
             lambda: api.get("/v1/nodes/p1"), lambda n: n["power"]["battery_percent"] == 20.0, timeout=3
         )
-        assert low["weights"]["w3"] == 6.8 > high["weights"]["w3"]
+        assert low["weights"]["w3"] == 13.6 > high["weights"]["w3"]
 
         write_power_supply(agents[0].power_dir, on_battery=False, percent=25)
         back = await wait_for(
@@ -60,7 +60,7 @@ async def test_on_low_battery_the_agents_bid_for_the_same_offer_changes(nats_ser
             on_battery = await ask()
         finally:
             await nc.close()
-    assert on_mains.weights[2] == 1.0 and on_battery.weights[2] == 6.8
+    assert on_mains.weights[2] == 1.0 and on_battery.weights[2] == 13.6
     assert on_mains.source == on_battery.source == "onnx-int8"
     assert (on_battery.action, on_battery.accept) != (on_mains.action, on_mains.accept)
     assert on_battery.score < on_mains.score

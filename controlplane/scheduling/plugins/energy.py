@@ -32,7 +32,7 @@ class EnergyArgs:
     """The battery rule (same meaning as the reward's ``adaptive`` block)."""
 
     adaptive: bool = True
-    battery_multiplier: float = 2.0
+    battery_multiplier: float = 4.0
     low_battery_gain: float = 3.0
 
 

@@ -2,9 +2,16 @@
 
 Profiles refer to plugins by these names. Out-of-tree plugins (e.g. a learned policy's score
 plugin) call :func:`register` before a profile that names them is built.
+
+:data:`VALIDATORS` holds optional checks of a plugin's args that must fail when the profile is
+loaded (``profiles.parse_profile``), not later when a scheduler builds the plugin: for example a
+model file the plugin needs. A validator raises ValueError or TypeError with the reason.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from controlplane.scheduling.framework import PluginFactory
 from controlplane.scheduling.plugins import (
@@ -15,6 +22,7 @@ from controlplane.scheduling.plugins import (
     energy,
     gpu_fragmentation,
     least_allocated,
+    local_policy_bid,
     most_allocated,
     multi_objective,
     node_affinity,
@@ -24,7 +32,9 @@ from controlplane.scheduling.plugins import (
     volcano_binpack,
 )
 
-__all__ = ["REGISTRY", "register"]
+__all__ = ["REGISTRY", "VALIDATORS", "ArgsValidator", "register"]
+
+ArgsValidator = Callable[[Mapping[str, Any]], None]
 
 REGISTRY: dict[str, PluginFactory] = {
     node_ready.NAME: node_ready.new,
@@ -39,13 +49,27 @@ REGISTRY: dict[str, PluginFactory] = {
     energy.NAME: energy.new,
     data_locality.NAME: data_locality.new,
     multi_objective.NAME: multi_objective.new,
+    local_policy_bid.NAME: local_policy_bid.new,
     default_preemption.NAME: default_preemption.new,
     default_binder.NAME: default_binder.new,
 }
 
+VALIDATORS: dict[str, ArgsValidator] = {
+    local_policy_bid.NAME: local_policy_bid.validate,
+}
 
-def register(name: str, factory: PluginFactory, *, replace: bool = False) -> None:
-    """Add a plugin factory under ``name`` (refuses to shadow one unless ``replace``)."""
+
+def register(
+    name: str, factory: PluginFactory, *, replace: bool = False, validate: ArgsValidator | None = None
+) -> None:
+    """Add a plugin factory under ``name`` (refuses to shadow one unless ``replace``).
+
+    ``validate``, if given, checks the plugin's args whenever a profile naming it is loaded.
+    """
     if name in REGISTRY and not replace:
         raise ValueError(f"plugin {name!r} is already registered")
     REGISTRY[name] = factory
+    if validate is not None:
+        VALIDATORS[name] = validate
+    else:
+        VALIDATORS.pop(name, None)

@@ -33,10 +33,17 @@ def test_policy_info_on_a_broken_model_reports_the_fallback(
 
 
 def test_bench_reports_every_stage() -> None:
-    result = bench(decisions=30, heuristic_decisions=3, pin=False)
-    assert result["source"] == "onnx-int8" and result["pinned_cpu"] is None
+    result = bench(decisions=30, heuristic_decisions=3, pin=False, rounds=2)
+    assert result["source"] == "onnx-int8" and result["pinned_cpu"] is None and result["rounds"] == 2
     for key in ("features", "mask", "bare_model_call", "decide", "decide_heuristic"):
         assert result[key]["p50_us"] > 0 and result[key]["p99_us"] >= result[key]["p50_us"]
+        assert len(result[key]["round_p50s_us"]) == 2
+    assert result["decide"]["n"] == 60
+
+
+def test_bench_rejects_a_non_positive_count(capsys: pytest.CaptureFixture[str]) -> None:
+    assert edge_agent_main(["policy", "bench", "--rounds", "0"]) == 2
+    assert "--rounds must be positive" in capsys.readouterr().err
 
 
 def test_controlplane_registers_the_policy_command() -> None:

@@ -62,8 +62,8 @@ def test_effective_weights_raise_w3_on_battery_and_more_as_it_drains() -> None:
         return effective_weights(DEFAULT_WEIGHTS, node)[2]
 
     assert w3(False, 50.0) == 1.0
-    assert w3(True, 100.0) == pytest.approx(2.0)
-    assert w3(True, 50.0) == pytest.approx(2.0 * 2.5)
+    assert w3(True, 100.0) == pytest.approx(4.0)
+    assert w3(True, 50.0) == pytest.approx(4.0 * 2.5)
     assert w3(True, 10.0) > w3(True, 50.0)
     node = NodeView("edge", 8.0, 0.0, 16 * GB, 0.0, on_battery=True, battery_percent=10.0)
     assert effective_weights(DEFAULT_WEIGHTS, node, adaptive=False) == DEFAULT_WEIGHTS

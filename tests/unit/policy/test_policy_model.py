@@ -38,10 +38,11 @@ def test_an_exported_model_with_written_metadata_loads_and_decides(tmp_path: Pat
     export_onnx(model, tmp_path / "local_policy.int8.onnx")
     write_metadata(tmp_path, {"note": "test"})
     policy = LocalPolicy.load(str(tmp_path / "local_policy.int8.onnx"))
-    assert policy.source == "onnx-int8", policy.fallback_reason
-    assert policy.info()["quantized"] is False  # an fp32 graph under the int8 name is reported as such
+    # An fp32 graph under the int8 name is used, and reported as what it is.
+    assert policy.uses_model and policy.source == "onnx-fp32", policy.fallback_reason
+    assert policy.info()["quantized"] is False
     decision = policy.decide(NodeView("cpu", 64, 8, 256e9, 32e9), Offer(cpu=2, memory=4e9), DEFAULT_WEIGHTS)
-    assert decision.source == "onnx-int8"
+    assert decision.source == "onnx-fp32"
 
 
 def test_training_learns_the_teacher_beyond_an_untrained_network() -> None:

@@ -29,6 +29,10 @@ def test_flags_override_the_file(tmp_path):
         ("name: n\ncapacity: {memory: lots}\n", "capacity.memory", "cannot parse"),
         ("name: n\nnode_type: phone\n", "node_type", "must be one of"),
         ("name: [unclosed\n", "<file>", "not valid YAML"),
+        ("name: n\nrestart_backoff_s: -1\n", "restart_backoff_s", "between"),
+        ("name: n\nrestart_backoff_s: fast\n", "restart_backoff_s", "between"),
+        ("name: n\nrestart_backoff_s: 10\nrestart_backoff_max_s: 5\n", "restart_backoff_max_s", ">="),
+        ("name: n\noffline_scale_interval_s: 0\n", "offline_scale_interval_s", "between"),
     ],
 )
 def test_bad_files_name_the_file_key_and_reason(tmp_path, text, key, reason):
@@ -43,3 +47,19 @@ def test_a_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_agent_config(str(tmp_path / "nope.yaml"), {"name": "n"})
     assert info.value.key == "<file>" and "cannot read" in info.value.reason
+
+
+def test_restart_backoff_and_offline_interval_have_defaults_and_can_be_set(tmp_path):
+    defaults = load_agent_config(None, {"name": "n"})
+    assert (defaults.restart_backoff_s, defaults.restart_backoff_max_s) == (1.0, 60.0)
+    assert defaults.offline_scale_interval_s == 10.0
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        "name: n\nrestart_backoff_s: 0.5\nrestart_backoff_max_s: 8\noffline_scale_interval_s: 2\n"
+    )
+    config = load_agent_config(str(path), {})
+    assert (config.restart_backoff_s, config.restart_backoff_max_s, config.offline_scale_interval_s) == (
+        0.5,
+        8,
+        2,
+    )

@@ -59,3 +59,44 @@ def test_the_simplest_spec_gets_defaults():
     spec = WorkloadSpec.parse({"name": "hello", "command": ["true"]})
     assert (spec.replicas, spec.priority, spec.kind, spec.gang) == (1, 0, "batch", False)
     assert spec.resources.cpu == 0.1 and spec.resources.memory == 64 * 2**20
+
+
+def test_restart_policy_and_max_restarts_default_parse_and_round_trip():
+    plain = WorkloadSpec.parse({"name": "x", "command": ["true"]})
+    assert (plain.restart_policy, plain.max_restarts) == ("never", 5)
+    spec = WorkloadSpec.parse(
+        {
+            "name": "svc",
+            "command": ["serve"],
+            "restart_policy": "always",
+            "max_restarts": 0,
+            "kind": "inference",
+        }
+    )
+    assert (spec.restart_policy, spec.max_restarts) == ("always", 0)
+    assert WorkloadSpec.from_stored(spec.to_dict()) == spec
+    assert spec.offer().kind == "service"  # the local policy has no inference kind
+    stored_before_restarts = {
+        k: v for k, v in plain.to_dict().items() if k not in ("restart_policy", "max_restarts")
+    }
+    assert WorkloadSpec.from_stored(stored_before_restarts) == plain
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"restart_policy": "sometimes"}, "restart_policy"),
+        ({"restart_policy": "OnFailure"}, "restart_policy"),
+        ({"restart_policy": None}, "restart_policy"),
+        ({"restart_policy": ["always"]}, "restart_policy"),
+        ({"max_restarts": -1}, "max_restarts"),
+        ({"max_restarts": 2.5}, "max_restarts"),
+        ({"max_restarts": True}, "max_restarts"),
+        ({"max_restarts": "5"}, "max_restarts"),
+        ({"max_restarts": 10_001}, "max_restarts"),
+    ],
+)
+def test_bad_restart_settings_name_their_field(body, field):
+    with pytest.raises(ValidationError) as info:
+        WorkloadSpec.parse({"name": "x", "command": ["true"], **body})
+    assert info.value.field == field
