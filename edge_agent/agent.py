@@ -599,6 +599,7 @@ class Agent:
             source=decision.source,
             masked=decision.masked,
             latency_us=decision.latency_us,
+            score_requested=decision.requested_score,
         )
         self.counters["bids"] += 1
         if msg.reply:

@@ -404,7 +404,10 @@ class BidV1:
     """A node's answer: decline (offload) or the resource bin it would run the offer with.
 
     ``score`` is the expected reward of that choice under the node's own weights, on the same
-    scale as the hub's reward estimate, so bids and fallbacks compare.
+    scale as the hub's reward estimate, so bids and fallbacks compare. ``score_requested`` is the
+    expected reward of running the offer exactly as requested (1x CPU, 1x memory, the requested
+    accelerator), the quotas the hub places with; the hub ranks accepting bids by it when
+    present (older agents omit it: then ``score``).
     """
 
     TYPE: ClassVar[str] = "bid"
@@ -421,6 +424,7 @@ class BidV1:
     source: str = ""
     masked: int = 0
     latency_us: float = 0.0
+    score_requested: float | None = None
     v: int = SCHEMA_VERSION
 
 

@@ -3,10 +3,11 @@
 For one replica the scheduler proposes a node and its top alternatives, each with the hub's
 estimate of the placement reward. The hub asks every candidate that runs a local policy for a
 bid (NATS requests in parallel, one deadline for all). A node that answers *decline* is out; a
-node that answers *accept* is valued at its bid's score (its expected reward under its own
-weights, which rise with w3 on battery); a node that does not answer in time is valued at the
-hub's own reward estimate. The best value wins. When nothing can be compared (no estimates and
-no accepting bid), the scheduler's choice stands.
+node that answers *accept* is valued at its bid's ``score_requested`` (its expected reward, under
+its own weights, which rise with w3 on battery, of running the replica with the requested
+quotas, as the hub places it; ``score`` from older agents); a node that does not answer in time
+is valued at the hub's own reward estimate. The best value wins. When nothing can be compared
+(no estimates and no accepting bid), the scheduler's choice stands.
 """
 
 from __future__ import annotations
@@ -99,13 +100,17 @@ async def run_bid_round(
                 answered=True,
                 accept=bid.accept,
                 score=bid.score,
+                score_requested=bid.score_requested,
                 action=bid.action,
                 accelerator=bid.accelerator,
                 source=bid.source,
                 weights=bid.weights,
                 latency_us=bid.latency_us,
             )
-            value, how = (bid.score, "bid") if bid.accept else (None, "")
+            # The replica runs with its requested quotas, so compare what the node expects of
+            # those; the chosen bin's score over-values empty nodes (docs/bench-policy.md).
+            as_placed = bid.score_requested if bid.score_requested is not None else bid.score
+            value, how = (as_placed, "bid") if bid.accept else (None, "")
         else:
             row["answered"] = False
             value, how = candidate["hub_reward"], "hub-estimate"

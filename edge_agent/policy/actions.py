@@ -60,6 +60,7 @@ __all__ = [
     "bin_parts",
     "expected_runtime",
     "mask_entry",
+    "requested_bin",
     "select_actions",
     "select_from_logits",
 ]
@@ -117,6 +118,14 @@ AcceleratorOption = tuple[str, float, int, str | None]
 def bin_index(cpu_index: int, memory_index: int, accelerator_index: int) -> int:
     """The bin of (CPU multiplier, memory multiplier, accelerator option) indices."""
     return (cpu_index * 4 + memory_index) * 4 + accelerator_index
+
+
+def requested_bin(offer: Offer) -> int:
+    """The bin that runs ``offer`` exactly as requested: 1x CPU, 1x memory, and the requested
+    accelerator (``as-requested`` for GPU/MIG work, ``none`` otherwise). The hub places replicas
+    with their requested quotas, so this is the bin whose value it compares across nodes."""
+    accelerator = 1 if (offer.gpu or offer.mig) else 0
+    return bin_index(CPU_MULTIPLIERS.index(1.0), MEMORY_MULTIPLIERS.index(1.0), accelerator)
 
 
 def bin_parts(bin_: int) -> tuple[int, int, int]:

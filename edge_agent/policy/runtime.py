@@ -32,6 +32,7 @@ from edge_agent.policy.actions import (
     N_BINS,
     apply_bin,
     mask_entry,
+    requested_bin,
 )
 from edge_agent.policy.errors import ModelIncompatibleError, ModelLoadError
 from edge_agent.policy.features import (
@@ -66,7 +67,10 @@ class Decision:
     (0.0). The hub can compare scores across nodes that use the same base weights: higher is
     better, and a node on a draining battery scores lower because its w3 is higher. ``masked``
     is how many of the 64 bins the mask removed; ``latency_us`` the wall time of the whole
-    decision (features, mask, inference).
+    decision (features, mask, inference). ``requested_score`` is the value, in the same units,
+    of running the offer exactly as requested (:func:`~edge_agent.policy.actions.requested_bin`),
+    None when that bin is masked: the hub places replicas with their requested quotas, so that
+    is the figure it compares across nodes.
     """
 
     action: int
@@ -79,6 +83,7 @@ class Decision:
     masked: int
     source: Source
     latency_us: float
+    requested_score: float | None = None
 
 
 def _sha256(path: Path) -> str:
@@ -226,6 +231,8 @@ class LocalPolicy:
         start = time.perf_counter()
         w = validate_weights(weights)
         mask, blocked, masked = mask_entry(node, offer)
+        as_requested = requested_bin(offer)
+        requested_score: float | None = None
         if self._session is not None:
             with self._lock:
                 write_features(node, offer, w, self._x[0])
@@ -234,6 +241,8 @@ class LocalPolicy:
                 np.copyto(row, -np.inf, where=blocked)
                 best = int(row.argmax())
                 score = float(self._q[0, best]) if best < N_BINS else DECLINE_REWARD
+                if mask[as_requested]:
+                    requested_score = float(self._q[0, as_requested])
             source = self.source
             decline = best == DECLINE
         else:
@@ -242,13 +251,19 @@ class LocalPolicy:
             rewards = action_rewards(node, offer, w, mask)
             best = int(np.argmax(rewards[:N_BINS]))
             score = float(rewards[best])
+            if mask[as_requested]:
+                requested_score = float(rewards[as_requested])
             source = "heuristic"
             decline = not score > DECLINE_REWARD
         if decline:
-            decision = Decision(DECLINE, True, 0.0, 0.0, 0.0, "none", DECLINE_REWARD, masked, source, 0.0)
+            decision = Decision(
+                DECLINE, True, 0.0, 0.0, 0.0, "none", DECLINE_REWARD, masked, source, 0.0, requested_score
+            )
         else:
             cpu, memory, gpu_units, accelerator = apply_bin(offer, best)
-            decision = Decision(best, False, cpu, memory, gpu_units, accelerator, score, masked, source, 0.0)
+            decision = Decision(
+                best, False, cpu, memory, gpu_units, accelerator, score, masked, source, 0.0, requested_score
+            )
         decision.latency_us = (time.perf_counter() - start) * 1e6
         return decision
 

@@ -119,3 +119,71 @@ async def test_a_node_that_does_not_answer_in_time_is_valued_at_the_hubs_estimat
                 beating.cancel()
     finally:
         await nc.close()
+
+
+async def test_bids_are_ranked_by_the_value_of_the_quotas_the_hub_places(nats_server, sqlite_url):
+    """Two fake nodes accept. "greedy" values its own chosen bin highly but the requested quotas
+    poorly; "fit" values the requested quotas best; "legacy" (an older agent) sends no
+    ``score_requested`` and is ranked by ``score``. The hub places by the value as placed."""
+    from controlplane.bus.messages import BidV1
+
+    nc = await nats.connect(nats_server.url)
+    subjects = Subjects("default")
+    answers = {
+        "greedy": {"score": 0.9, "score_requested": 0.1},
+        "fit": {"score": 0.5, "score_requested": 0.5},
+        "legacy": {"score": 0.3},
+    }
+    telemetry = Telemetry(cpu_percent=1, memory_used_bytes=1, memory_total_bytes=2**34, policy="onnx-int8")
+    boots = {name: uuid.uuid4().hex for name in answers}
+
+    def answerer(name: str):
+        async def answer(msg) -> None:
+            request = decode(msg.data, BidRequestV1)
+            bid = BidV1(request_id=request.request_id, node=name, accept=True, action=40, **answers[name])
+            await msg.respond(encode(bid))
+
+        return answer
+
+    async def heartbeats() -> None:
+        seq = 0
+        while True:
+            seq += 1
+            for name, boot in boots.items():
+                hb = HeartbeatV1(node=name, boot_id=boot, seq=seq, sent_at=time.time(), telemetry=telemetry)
+                await nc.publish(subjects.heartbeat(name), encode(hb))
+            await asyncio.sleep(0.2)
+
+    for name in answers:
+        await nc.subscribe(subjects.bid(name), cb=answerer(name))
+    try:
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            for name, boot in boots.items():
+                register = RegisterV1(
+                    node=name,
+                    cluster="default",
+                    boot_id=boot,
+                    agent_version="test",
+                    resources=NodeResources(cpu=64, memory=2**38),
+                    heartbeat_interval_s=0.2,
+                    telemetry=telemetry,
+                )
+                await nc.request(subjects.register(name), encode(register), timeout=5)
+            beating = asyncio.create_task(heartbeats())
+            try:
+                workload_id = await api.post_workload({"name": "rank-me", "command": ["true"]})
+                placed = await wait_for(
+                    lambda: api.get(f"/v1/workloads/{workload_id}/placement"),
+                    lambda p: bool(p["decisions"]),
+                )
+                bids = placed["decisions"][0]["explanation"]["bids"]
+                candidates = {c["node"]: c for c in bids["candidates"]}
+                assert set(candidates) == set(answers), bids
+                assert bids["winner"] == "fit" and bids["decided_by"] == "bid"
+                assert candidates["greedy"]["value"] == 0.1 and candidates["greedy"]["score"] == 0.9
+                legacy = candidates["legacy"]
+                assert legacy["value"] == 0.3 and legacy["score_requested"] is None
+            finally:
+                beating.cancel()
+    finally:
+        await nc.close()

@@ -55,13 +55,11 @@ from controlplane.scheduling.plugins.args import decode_args
 from controlplane.scheduling.plugins.multi_objective import STATE_TERMS, MultiObjective, MultiObjectiveArgs
 from controlplane.scheduling.reward import RewardConfig, RewardInputs, energy_weight, reward_terms
 from edge_agent.policy.actions import (
-    CPU_MULTIPLIERS,
     DECLINE,
     DECLINE_REWARD,
-    MEMORY_MULTIPLIERS,
     N_BINS,
-    bin_index,
     mask_entry,
+    requested_bin,
 )
 from edge_agent.policy.features import KINDS, NodeView, Offer, features, mig_free_from_occupancy
 
@@ -93,16 +91,17 @@ class LocalPolicyBidArgs:
     agents apply to w3, and the exact reward used when every candidate declines.
     ``transfer``: tell each node's policy the scheduler's estimate of the time to fetch the
     input data to it (the policy was trained with it; the live ``OfferSpec`` does not carry it
-    yet). ``bid_score``: what an accepting node scores: ``chosen``, the model's ``q`` of the bin
-    it chose (what a live bid reports), or ``requested``, its ``q`` of the bin that matches the
-    placement actually made (1x CPU, 1x memory, the requested accelerator).
+    yet). ``bid_score``: what an accepting node scores: ``requested`` (default), its ``q`` of the
+    bin that matches the placement actually made (1x CPU, 1x memory, the requested accelerator;
+    what the live hub compares, ``BidV1.score_requested``), or ``chosen``, its ``q`` of the bin
+    it chose (the first design; it over-values empty nodes, see docs/bench-policy.md).
     ``score_floor``/``score_ceiling``: the normalisation range, as ``MultiObjective``.
     """
 
     model: str = ""
     reward: dict[str, Any] = field(default_factory=dict)
     transfer: bool = True
-    bid_score: str = "chosen"
+    bid_score: str = "requested"
     score_floor: float = -3.0
     score_ceiling: float = 1.0
 
@@ -297,14 +296,15 @@ class LocalPolicyBid(MultiObjective):
             rows.append(features(view, offer, (w.util, w.qos, e, w.penalty)))
             blocked.append(mask_entry(view, offer)[1])
         q, logits = self.policy.outputs(np.stack(rows))
-        logits = np.where(np.stack(blocked), -np.inf, logits)
+        blocked_rows = np.stack(blocked)
+        logits = np.where(blocked_rows, -np.inf, logits)
         action = logits.argmax(axis=1).astype(np.int64)
         accept = action != DECLINE
+        value = q[np.arange(n), np.minimum(action, N_BINS - 1)]
         if self.bid_score == "requested":
-            accelerator = 1 if (offer.gpu or offer.mig) else 0  # as-requested, or none for CPU work
-            value = q[:, bin_index(CPU_MULTIPLIERS.index(1.0), MEMORY_MULTIPLIERS.index(1.0), accelerator)]
-        else:
-            value = q[np.arange(n), np.minimum(action, N_BINS - 1)]
+            # As a live bid's score_requested: that bin's q where it fits, else the chosen bin's.
+            as_requested = requested_bin(offer)
+            value = np.where(blocked_rows[:, as_requested], value, q[:, as_requested])
         score = np.where(accept, value, DECLINE_REWARD)
         return Bids(accept, action, score.astype(np.float64), w3, fallback=not accept.any())
 

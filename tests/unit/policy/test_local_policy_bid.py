@@ -142,7 +142,10 @@ def test_batched_bids_equal_the_agents_own_decisions_node_by_node(monkeypatch: p
             alone = plugin.policy.decide(view, offer, weights)
             assert alone.action == int(bids.action[k])
             assert alone.decline == (not bids.accept[k])
-            assert alone.score == pytest.approx(float(bids.score[k]), abs=1e-6)
+            # The default bid_score is what a live bid is ranked by: score_requested, else score.
+            ranked = alone.requested_score if alone.requested_score is not None else alone.score
+            expected = alone.score if alone.decline else ranked  # a decline scores DECLINE_REWARD
+            assert expected == pytest.approx(float(bids.score[k]), abs=1e-6)
             checked += 1
     assert checked >= 7
     # The MIG request only had the GPU node as a candidate, described with its MIG room.

@@ -210,3 +210,43 @@ def test_decide_through_bound_buffers_matches_a_plain_session_run(shipped: Local
         assert decision.action == expected
         if expected < N_BINS:
             assert decision.score == pytest.approx(float(q[0, expected]))
+
+
+def test_decisions_carry_the_value_of_running_the_offer_as_requested(shipped: LocalPolicy) -> None:
+    """``requested_score`` is the model's q (or the exact reward, for the heuristic) of the 1x/1x
+    bin with the requested accelerator, and None when that bin does not fit."""
+    from controlplane.policy.env import sample_state, sample_weights
+    from edge_agent.policy.actions import requested_bin
+    from edge_agent.policy.features import features
+
+    heuristic = LocalPolicy.heuristic()
+    rng = np.random.default_rng(EVAL_SEED_BASE + 32)
+    seen_none = seen_value = 0
+    for _ in range(120):
+        node, offer = sample_state(rng)
+        w = sample_weights(rng, node)
+        b = requested_bin(offer)
+        allowed = bool(action_mask(node, offer)[b])
+        decision = shipped.decide(node, offer, w)
+        exact = heuristic.decide(node, offer, w)
+        if not allowed:
+            assert decision.requested_score is None and exact.requested_score is None
+            seen_none += 1
+            continue
+        seen_value += 1
+        q, _ = shipped.outputs(features(node, offer, w)[None, :])
+        assert decision.requested_score == pytest.approx(float(q[0, b]))
+        rewards = action_rewards(node, offer, w, action_mask(node, offer))
+        assert exact.requested_score == pytest.approx(float(rewards[b]))
+    assert seen_none and seen_value  # both branches were exercised
+
+
+def test_the_requested_bin_is_one_times_cpu_and_memory_with_the_requested_accelerator() -> None:
+    from edge_agent.policy.actions import CPU_MULTIPLIERS, MEMORY_MULTIPLIERS, apply_bin, requested_bin
+
+    cpu_offer = Offer(cpu=2.0, memory=4 * GB)
+    assert apply_bin(cpu_offer, requested_bin(cpu_offer)) == (2.0, 4 * GB, 0.0, "none")
+    mig_offer = Offer(cpu=1.0, memory=2 * GB, mig="1g.5gb")
+    cpu, memory, _, accelerator = apply_bin(mig_offer, requested_bin(mig_offer))
+    assert (cpu, memory, accelerator) == (1.0, 2 * GB, "mig:1g.5gb")
+    assert 1.0 in CPU_MULTIPLIERS and 1.0 in MEMORY_MULTIPLIERS
