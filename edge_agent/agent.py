@@ -120,6 +120,7 @@ class Agent:
             stop_grace_s=config.stop_grace_s,
             restart_advisor=self._advise_restart,
             backoff=Backoff(config.restart_backoff_s, config.restart_backoff_max_s),
+            state_file=Path(config.work_dir) / "placements.json",
         )
         self.functions = FunctionPool(
             work_dir=Path(config.work_dir),
@@ -150,6 +151,15 @@ class Agent:
             from edge_agent.policy.runtime import LocalPolicy
 
             self.policy = LocalPolicy.load(self.config.policy_model)
+        # Work a previous run of this agent left (it died, and its processes with it) is resumed
+        # before NATS is even tried: the node keeps serving whether or not a hub answers.
+        resumed = await self.runner.resume()
+        if resumed:
+            log.info(
+                "resumed %d placement(s) after a restart: %s",
+                len(resumed),
+                ", ".join(f"{s.placement_id} {s.state}" for s in resumed),
+            )
         self._nc = await self._connect()
         nc = self._nc
         await nc.subscribe(self.subjects.command(self.config.name), cb=self._on_command)

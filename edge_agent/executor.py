@@ -9,12 +9,21 @@ agent leaves no orphans. CPU quotas need a delegated cgroup v2 and are not enfor
 A process that exits may be restarted in place, per the workload's ``restart_policy``, with
 exponential back-off and the quotas the local policy picks (:mod:`edge_agent.restarts`); the
 placement keeps its id and stays Running meanwhile, and ``PlacementState.restarts`` counts them.
+
+Restartable placements (``restart_policy`` other than ``never``) are also written to
+``<work_dir>/placements.json`` while they run. If the agent itself dies (its processes die with
+it), the next agent started on that work dir resumes them (:meth:`ProcessRunner.resume`) before
+it looks for NATS: the same restart rules and the same local-policy verdict, hub or no hub. The
+hub later learns of them from the agent's registration and keeps them, or stops them if it has
+meanwhile placed the replica elsewhere.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import signal
@@ -26,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controlplane.bus.messages import PlacementState, RunSpec
+from controlplane.bus.messages import MessageError, PlacementState, RunSpec, parse
 from edge_agent.restarts import Backoff, RestartChoice, as_requested, wants_restart
 
 __all__ = ["ProcessRunner", "RestartAdvisor", "RunningPlacement"]
@@ -124,6 +133,7 @@ class ProcessRunner:
         retain_finished: int = 1000,
         restart_advisor: RestartAdvisor | None = None,
         backoff: Backoff | None = None,
+        state_file: Path | None = None,
     ) -> None:
         self.work_dir = work_dir
         self.logs = work_dir / "logs"
@@ -135,6 +145,7 @@ class ProcessRunner:
         self.backoff = backoff or Backoff()
         self.placements: dict[str, RunningPlacement] = {}
         self.tombstones: set[str] = set()  # stopped before they ran: a late run command is refused
+        self.state_file = state_file
 
     def running_ids(self) -> list[str]:
         return [pid for pid, p in self.placements.items() if p.state.state == "Running"]
@@ -157,6 +168,109 @@ class ProcessRunner:
         state.started_at = time.time()
         self.on_change(state)
         entry.task = asyncio.create_task(self._supervise(entry), name=f"watch-{placement_id}")
+        self._persist()
+
+    # -- surviving the agent's own restart ----------------------------------------------------
+
+    def _persist(self) -> None:
+        """Write the running restartable placements to the state file (atomically)."""
+        if self.state_file is None:
+            return
+        items = [
+            {
+                "placement_id": p.state.placement_id,
+                "workload_id": p.state.workload_id,
+                "restarts": p.state.restarts,
+                "started_at": p.state.started_at,
+                "spec": dataclasses.asdict(p.spec),
+            }
+            for p in self.placements.values()
+            if p.state.state == "Running" and p.spec.restart_policy != "never" and not p.stop_requested
+        ]
+        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps({"version": 1, "placements": items}), encoding="utf-8")
+            os.replace(tmp, self.state_file)
+        except OSError as exc:  # a full disk must not stop the work; resuming is best effort
+            log.warning("could not write %s: %s", self.state_file, exc)
+
+    def _load_state(self) -> list[dict[str, Any]]:
+        assert self.state_file is not None
+        try:
+            raw = json.loads(self.state_file.read_text(encoding="utf-8"))
+            items = raw["placements"]
+            if not isinstance(items, list):
+                raise ValueError("placements is not a list")
+            return items
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            kept = self.state_file.with_name(self.state_file.name + ".corrupt")
+            with contextlib.suppress(OSError):
+                os.replace(self.state_file, kept)
+            log.warning("unreadable %s (%s): kept as %s, nothing resumed", self.state_file, exc, kept.name)
+            return []
+
+    async def resume(self) -> list[PlacementState]:
+        """Resume the restartable placements a dead agent left running (see the module docstring).
+
+        Each counts as a restart after its process died with the agent (exit code 137): the
+        restart rules apply (``max_restarts``) and the local policy picks the quotas or declines,
+        as for any restart. Returns the resumed and the refused placements' states.
+        """
+        if self.state_file is None:
+            return []
+        out: list[PlacementState] = []
+        for item in self._load_state():
+            try:
+                spec = parse(item["spec"], RunSpec)
+                placement_id, workload_id = str(item["placement_id"]), str(item["workload_id"])
+                restarts = int(item.get("restarts", 0))
+            except (MessageError, KeyError, TypeError, ValueError) as exc:
+                log.warning("skipping an unreadable entry of %s: %s", self.state_file, exc)
+                continue
+            if placement_id in self.placements:
+                continue
+            out.append(await self._resume_one(placement_id, workload_id, spec, restarts, item))
+        self._persist()
+        return out
+
+    async def _resume_one(
+        self, placement_id: str, workload_id: str, spec: RunSpec, restarts: int, item: dict[str, Any]
+    ) -> PlacementState:
+        state = PlacementState(placement_id=placement_id, workload_id=workload_id, state="Running")
+        state.restarts = restarts
+        started = item.get("started_at")
+        state.started_at = float(started) if isinstance(started, (int, float)) else time.time()
+        state.exit_code = 128 + signal.SIGKILL  # it died with the agent
+        entry = RunningPlacement(state=state, spec=spec, cpu=spec.cpu, memory=spec.memory)
+        self.placements[placement_id] = entry
+        why = "the agent restarted (its processes died with it)"
+        if not wants_restart(spec.restart_policy, state.exit_code, restarts, spec.max_restarts):
+            return self._end_resume(entry, f"{why}; max_restarts ({spec.max_restarts}) reached")
+        choice = self._advise(entry)
+        if not choice.restart:
+            return self._end_resume(entry, f"{choice.reason}; not resumed after {why}")
+        entry.cpu, entry.memory = choice.cpu, choice.memory
+        state.restarts += 1
+        error = await self._spawn(entry)
+        if error is not None:
+            self._finish_unstartable(entry, error)
+            return state
+        state.exit_code = None
+        state.message = f"resumed after {why}; {choice.reason}"
+        log.info("placement %s resumed (%s)", placement_id, state.message)
+        self.on_change(state)
+        entry.task = asyncio.create_task(self._supervise(entry), name=f"watch-{placement_id}")
+        return state
+
+    def _end_resume(self, entry: RunningPlacement, message: str) -> PlacementState:
+        state = entry.state
+        state.state, state.message = "Failed", message
+        state.finished_at = time.time()
+        self.on_change(state)
+        self._trim()
+        return state
 
     def _log_path(self, entry: RunningPlacement) -> Path:
         return self.logs / f"{entry.state.placement_id}.log"
@@ -271,9 +385,11 @@ class ProcessRunner:
             state.message = f"restart {state.restarts} after {exited or 'exit code 0'}; {choice.reason}"
             log.info("placement %s restarted (%s)", state.placement_id, state.message)
             self.on_change(state)
+            self._persist()
         state.finished_at = time.time()
         self.on_change(state)
         self._trim()
+        self._persist()
 
     def _exit_message(self, entry: RunningPlacement) -> str:
         code = entry.state.exit_code

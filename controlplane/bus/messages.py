@@ -56,6 +56,7 @@ __all__ = [
     "Telemetry",
     "decode",
     "encode",
+    "parse",
     "valid_token",
 ]
 
@@ -458,6 +459,15 @@ def decode(data: bytes, message_type: type[M]) -> M:
     version = raw.get("v", None)
     if version != SCHEMA_VERSION:
         raise MessageError(name, f"unsupported schema version {version!r}", field="v")
+    return _build(message_type, raw, name, "")
+
+
+def parse(raw: Any, message_type: type[M]) -> M:
+    """Validate an already-decoded JSON object into ``message_type`` (a message or a nested part,
+    e.g. a stored ``RunSpec``); raises MessageError naming the field."""
+    name = getattr(message_type, "TYPE", message_type.__name__)
+    if not isinstance(raw, dict):
+        raise MessageError(name, "not a JSON object")
     return _build(message_type, raw, name, "")
 
 
