@@ -531,19 +531,19 @@ class Agent:
         """
         if self.policy is None:
             return None
-        from edge_agent.policy.features import KINDS, Offer
+        from edge_agent.policy.features import Offer
 
         power = self.power.read()
         weights = current_weights(self.reward_config, power)
         node = self.node_view(
             power.source, power.battery_percent, exclude=exclude, released_memory=released_memory
         )
-        local_offer = Offer(
-            kind=offer.kind if offer.kind in KINDS else "batch",
+        local_offer = Offer.from_request(
+            kind=offer.kind,
             cpu=offer.cpu,
-            memory=float(offer.memory),
-            gpu=offer.gpu if not offer.mig else 0,
-            mig=offer.mig[0] if offer.mig else None,
+            memory=offer.memory,
+            gpu=offer.gpu,
+            mig=offer.mig,
             sla_s=offer.sla_s,
             runtime_s=offer.runtime_s,
             priority=offer.priority,

@@ -135,6 +135,32 @@ class Offer:
             return self.runtime_s
         return DEFAULT_RUNTIME_S.get(self.kind, 60.0)
 
+    @classmethod
+    def from_request(
+        cls,
+        *,
+        kind: str,
+        cpu: float,
+        memory: float,
+        gpu: int,
+        mig: Sequence[str],
+        sla_s: float | None,
+        runtime_s: float | None,
+        priority: int,
+    ) -> Offer:
+        """The offer of a replica request (the hub's bid offer, or the scheduler's request): an
+        unknown kind counts as ``batch``; a MIG request asks for its first profile, no whole GPUs."""
+        return cls(
+            kind=kind if kind in KINDS else "batch",
+            cpu=float(cpu),
+            memory=float(memory),
+            gpu=gpu if not mig else 0,
+            mig=mig[0] if mig else None,
+            sla_s=sla_s,
+            runtime_s=runtime_s,
+            priority=priority,
+        )
+
 
 FEATURE_NAMES: tuple[str, ...] = (
     # node

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -182,3 +183,35 @@ async def running_agents(
 
 
 PY = sys.executable
+
+
+def spawn_agent(
+    nats_url: str, name: str, tmp_path: Path, *, cpu: str = "1", memory: str = "2Gi"
+) -> subprocess.Popen[bytes]:
+    """A real ``edge-agent run`` process (work dir ``tmp_path/name``, no power supply, quiet)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edge_agent.cli",
+            "run",
+            "--nats",
+            nats_url,
+            "--name",
+            name,
+            "--heartbeat-interval",
+            "0.25",
+            "--cpu",
+            cpu,
+            "--memory",
+            memory,
+            "--work-dir",
+            str(tmp_path / name),
+            "--power-supply-path",
+            str(tmp_path / "no-power-supply"),
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )

@@ -6,12 +6,10 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import nats
-from harness import running_agents, running_hub, wait_for
+from harness import running_agents, running_hub, spawn_agent, wait_for
 
 from controlplane.bus.messages import (
     CommandAckV1,
@@ -24,35 +22,6 @@ from controlplane.bus.messages import (
     encode,
 )
 from controlplane.natsd import NatsServer, free_port
-
-
-def spawn_agent(nats_url: str, name: str, tmp_path: Path, *, cpu: str = "1") -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edge_agent.cli",
-            "run",
-            "--nats",
-            nats_url,
-            "--name",
-            name,
-            "--heartbeat-interval",
-            "0.25",
-            "--cpu",
-            cpu,
-            "--memory",
-            "2Gi",
-            "--work-dir",
-            str(tmp_path / name),
-            "--power-supply-path",
-            str(tmp_path / "no-power-supply"),
-            "--log-level",
-            "WARNING",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def alive(pid: int) -> bool:

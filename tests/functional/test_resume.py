@@ -4,42 +4,11 @@ the hub, back later, keeps the same placement and learns the restart count."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 
-from harness import running_hub, wait_for
+from harness import running_hub, spawn_agent, wait_for
 
 COUNTING = ["sh", "-c", 'echo run >> "$EDGEPLANE_PLACEMENT_ID.runs"; exec sleep 60']
-
-
-def spawn_agent(nats_url: str, name: str, tmp_path: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edge_agent.cli",
-            "run",
-            "--nats",
-            nats_url,
-            "--name",
-            name,
-            "--heartbeat-interval",
-            "0.25",
-            "--cpu",
-            "2",
-            "--memory",
-            "2Gi",
-            "--work-dir",
-            str(tmp_path / name),
-            "--power-supply-path",
-            str(tmp_path / "no-power-supply"),
-            "--log-level",
-            "WARNING",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def _runs(path: Path) -> int:
@@ -53,7 +22,7 @@ async def _counted(path: Path, n: int) -> bool:
 async def test_a_restarted_agent_resumes_its_work_without_a_hub_and_the_hub_keeps_it(
     nats_server, sqlite_url, tmp_path
 ):
-    agent = spawn_agent(nats_server.url, "r1", tmp_path)
+    agent = spawn_agent(nats_server.url, "r1", tmp_path, cpu="2")
     try:
         async with running_hub(nats_server.url, sqlite_url) as (_, api):
             await wait_for(api.nodes, lambda n: len(n) == 1 and n[0]["status"] == "Ready")
@@ -67,7 +36,7 @@ async def test_a_restarted_agent_resumes_its_work_without_a_hub_and_the_hub_keep
         # The hub is gone. Now the agent dies too (its process dies with it) and comes back.
         agent.kill()
         agent.wait(timeout=5)
-        agent = spawn_agent(nats_server.url, "r1", tmp_path)
+        agent = spawn_agent(nats_server.url, "r1", tmp_path, cpu="2")
         await wait_for(lambda: _counted(runs, 2), bool, timeout=20)  # resumed with no hub at all
         await asyncio.sleep(0.5)
         assert _runs(runs) == 2 and agent.poll() is None

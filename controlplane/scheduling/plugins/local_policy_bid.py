@@ -61,7 +61,7 @@ from edge_agent.policy.actions import (
     mask_entry,
     requested_bin,
 )
-from edge_agent.policy.features import KINDS, NodeView, Offer, features, mig_free_from_occupancy
+from edge_agent.policy.features import NodeView, Offer, features, mig_free_from_occupancy
 
 if TYPE_CHECKING:
     from edge_agent.policy.runtime import LocalPolicy
@@ -188,12 +188,12 @@ class LocalPolicyBid(MultiObjective):
     def _offer(self, request: WorkloadRequest) -> Offer:
         # As the agent builds it from a bid request (edge_agent.agent._on_bid).
         res = request.resources
-        return Offer(
-            kind=request.kind if request.kind in KINDS else "batch",
-            cpu=float(res.cpu),
-            memory=float(res.memory),
-            gpu=res.gpu if not res.mig else 0,
-            mig=res.mig[0] if res.mig else None,
+        return Offer.from_request(
+            kind=request.kind,
+            cpu=res.cpu,
+            memory=res.memory,
+            gpu=res.gpu,
+            mig=res.mig,
             sla_s=request.sla_latency_s,
             runtime_s=request.expected_runtime_s,
             priority=request.priority,
