@@ -24,6 +24,8 @@ METRICS = (
     ("p99_task_latency_s", "P99 task latency (s)", "num"),
     ("sla_violation_rate", "SLA violation rate", "pct2"),
     ("mean_power_w", "mean power per node (W)", "num"),
+    ("gpu_utilization", "GPU utilisation", "pct"),
+    ("large_gpu_schedulability", "large-GPU schedulability", "pct"),
     ("battery_energy_kwh", "battery energy (kWh)", "num3"),
     ("depleted_batteries", "depleted batteries", "num"),
     ("decisions_per_s", "decisions/s", "num"),
@@ -53,6 +55,8 @@ def summarize(reports: list[dict[str, Any]], against: str) -> dict[str, Any]:
     metrics = [m for m in METRICS if all(m[0] in r["runs"][n] for r in reports for n in names)]
     if not first["runs"][names[0]].get("battery_nodes"):
         metrics = [m for m in metrics if m[0] not in ("battery_energy_kwh", "depleted_batteries")]
+    if not any(r["runs"][n].get("gpu_utilization") for r in reports for n in names):
+        metrics = [m for m in metrics if m[0] not in ("gpu_utilization", "large_gpu_schedulability")]
     table: dict[str, dict[str, Any]] = {}
     for name in names:
         table[name] = {}
