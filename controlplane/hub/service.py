@@ -679,7 +679,13 @@ class Hub:
                 spec = WorkloadSpec.from_stored(workload.spec)
                 outcome = self.placer.place(workload.id, spec, missing)
                 if self.settings.bid_deadline_ms > 0 and outcome.choices:
-                    outcome.choices = [await self._with_bids(workload.id, spec, c) for c in outcome.choices]
+                    # One deadline for all replicas of the workload, not one each: the rounds wait on
+                    # the network together; each move after its round is synchronous (no interleaving).
+                    outcome.choices = list(
+                        await asyncio.gather(
+                            *(self._with_bids(workload.id, spec, c) for c in outcome.choices)
+                        )
+                    )
                 now = time.time()
                 for choice in outcome.choices:
                     attempt = latest[choice.replica].attempt + 1 if choice.replica in latest else 1

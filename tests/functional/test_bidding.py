@@ -21,6 +21,26 @@ from controlplane.bus.messages import (
 )
 
 
+async def register_fake(nc, subjects: Subjects, name: str, boot: str, telemetry: Telemetry) -> None:
+    """Register a fake node as an agent would: retried until the hub's subscription is live."""
+    register = RegisterV1(
+        node=name,
+        cluster="default",
+        boot_id=boot,
+        agent_version="test",
+        resources=NodeResources(cpu=64, memory=2**38),
+        heartbeat_interval_s=0.2,
+        telemetry=telemetry,
+    )
+    for _ in range(50):
+        try:
+            await nc.request(subjects.register(name), encode(register), timeout=5)
+            return
+        except nats.errors.NoRespondersError:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"the hub never answered {name}'s registration")
+
+
 async def test_local_policies_bid_and_the_decision_is_explained(nats_server, sqlite_url, tmp_path):
     async with (
         running_hub(nats_server.url, sqlite_url) as (_, api),
@@ -81,16 +101,7 @@ async def test_a_node_that_does_not_answer_in_time_is_valued_at_the_hubs_estimat
 
     try:
         async with running_hub(nats_server.url, sqlite_url) as (_, api):
-            register = RegisterV1(
-                node="slow",
-                cluster="default",
-                boot_id=boot,
-                agent_version="test",
-                resources=NodeResources(cpu=64, memory=2**38),
-                heartbeat_interval_s=0.2,
-                telemetry=telemetry,
-            )
-            await nc.request(subjects.register("slow"), encode(register), timeout=5)
+            await register_fake(nc, subjects, "slow", boot, telemetry)
             beating = asyncio.create_task(heartbeats())
             try:
                 async with running_agents(nats_server.url, tmp_path, ["quick"]):
@@ -159,16 +170,7 @@ async def test_bids_are_ranked_by_the_value_of_the_quotas_the_hub_places(nats_se
     try:
         async with running_hub(nats_server.url, sqlite_url) as (_, api):
             for name, boot in boots.items():
-                register = RegisterV1(
-                    node=name,
-                    cluster="default",
-                    boot_id=boot,
-                    agent_version="test",
-                    resources=NodeResources(cpu=64, memory=2**38),
-                    heartbeat_interval_s=0.2,
-                    telemetry=telemetry,
-                )
-                await nc.request(subjects.register(name), encode(register), timeout=5)
+                await register_fake(nc, subjects, name, boot, telemetry)
             beating = asyncio.create_task(heartbeats())
             try:
                 workload_id = await api.post_workload({"name": "rank-me", "command": ["true"]})
@@ -187,3 +189,21 @@ async def test_bids_are_ranked_by_the_value_of_the_quotas_the_hub_places(nats_se
                 beating.cancel()
     finally:
         await nc.close()
+
+
+async def test_every_replica_of_a_workload_gets_its_own_bid_round(nats_server, sqlite_url, tmp_path):
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (_, api),
+        running_agents(nats_server.url, tmp_path, ["m1", "m2"]) as agents,
+    ):
+        await wait_for(api.nodes, lambda n: all(x["telemetry"].get("policy") for x in n) and len(n) == 2)
+        workload_id = await api.post_workload(
+            {"name": "three", "command": ["true"], "replicas": 3, "resources": {"cpu": 0.5, "memory": "64Mi"}}
+        )
+        await api.wait_status(workload_id, "Succeeded")
+        placement = await api.get(f"/v1/workloads/{workload_id}/placement")
+        rounds = [d["explanation"]["bids"] for d in placement["decisions"]]
+        assert len(rounds) == 3 and all(r["candidates"] for r in rounds)
+        assert all(any(c["answered"] for c in r["candidates"]) for r in rounds)
+        asked = {e.request_id for a in agents for e in a.agent.decisions.entries}
+        assert len(asked) >= 3  # one request id per replica's round
