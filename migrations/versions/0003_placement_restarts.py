@@ -2,7 +2,7 @@
 
 Revision ID: 0003
 Revises: 0002
-Create Date: 2026-12-09 10:00:00.000000
+Create Date: 2026-12-03 06:40:00.000000
 """
 
 from __future__ import annotations
