@@ -55,6 +55,7 @@ from controlplane.bus.messages import (
 )
 from controlplane.scheduling.reward import RewardConfig
 from edge_agent import __version__
+from edge_agent.cgroups import NoCpuLimit, detect_cpu_limiter
 from edge_agent.config import AgentConfig
 from edge_agent.decisions import DecisionLog, LoggedDecision
 from edge_agent.executor import ProcessRunner, RunningPlacement
@@ -121,6 +122,9 @@ class Agent:
             restart_advisor=self._advise_restart,
             backoff=Backoff(config.restart_backoff_s, config.restart_backoff_max_s),
             state_file=Path(config.work_dir) / "placements.json",
+            cpu_limiter=detect_cpu_limiter(config.name, cgroup_root=config.cgroup_root)
+            if config.cpu_limits
+            else NoCpuLimit(),
         )
         self.functions = FunctionPool(
             work_dir=Path(config.work_dir),
@@ -203,6 +207,9 @@ class Agent:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         await self.runner.stop_all()
+        close_limiter = getattr(self.runner.cpu_limiter, "close", None)
+        if close_limiter is not None:
+            close_limiter()
         await self.functions.close()
         if self._nc is not None:
             with contextlib.suppress(Exception):

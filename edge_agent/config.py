@@ -21,6 +21,8 @@ File keys (all optional except where the CLI does not give them)::
     restart_backoff_s: 1       # first wait before a local restart; doubles per restart
     restart_backoff_max_s: 60  # ... up to this
     offline_scale_interval_s: 10  # without NATS: how often idle function instances are re-decided
+    cpu_limits: true           # CPU quotas through cgroups (v1 if writable, v2 under cgroup_root)
+    cgroup_root: ""            # a cgroup v2 directory delegated to the agent (Delegate=yes)
 
 Errors name the file, the key and the reason.
 """
@@ -70,6 +72,8 @@ class AgentConfig:
     restart_backoff_max_s: float = 60.0
     # While NATS is down, the local policy re-decides each idle function instance this often.
     offline_scale_interval_s: float = 10.0
+    cpu_limits: bool = True  # enforce CPU quotas through cgroups where possible (edge_agent/cgroups.py)
+    cgroup_root: str = ""  # a cgroup v2 directory delegated to the agent ("": cgroup v1 if writable)
 
 
 _KEYS = {
@@ -94,6 +98,8 @@ _KEYS = {
     "restart_backoff_s",
     "restart_backoff_max_s",
     "offline_scale_interval_s",
+    "cpu_limits",
+    "cgroup_root",
 }
 
 
@@ -207,6 +213,14 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
     if not isinstance(local_policy, bool):
         raise fail("local_policy", "must be true or false")
     cfg.local_policy = local_policy
+    cpu_limits = data.get("cpu_limits", True)
+    if not isinstance(cpu_limits, bool):
+        raise fail("cpu_limits", "must be true or false")
+    cfg.cpu_limits = cpu_limits
+    cgroup_root = data.get("cgroup_root", "")
+    if not isinstance(cgroup_root, str) or (cgroup_root and not Path(cgroup_root).is_absolute()):
+        raise fail("cgroup_root", "must be an absolute path to a delegated cgroup v2 directory")
+    cfg.cgroup_root = cgroup_root
     model = data.get("policy_model")
     if model is not None and not isinstance(model, str):
         raise fail("policy_model", "must be a path to an .onnx file")

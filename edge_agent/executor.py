@@ -2,9 +2,10 @@
 
 Each placement is one subprocess in its own session (so a stop reaches its whole process group),
 with its output in ``<work_dir>/logs/<placement>.log``. Limits applied where the OS allows:
-memory through ``RLIMIT_AS``; the process dies with the agent (``PR_SET_PDEATHSIG``) so a killed
-agent leaves no orphans. CPU quotas need a delegated cgroup v2 and are not enforced otherwise
-(the state message says which limits were applied).
+memory through ``RLIMIT_AS``; CPU through a cgroup quota where the node allows one
+(:mod:`edge_agent.cgroups`: cgroup v1, or a delegated cgroup v2 directory; ``RunningPlacement.limits``
+says which applied); the process dies with the agent (``PR_SET_PDEATHSIG``) so a killed agent
+leaves no orphans.
 
 A process that exits may be restarted in place, per the workload's ``restart_policy``, with
 exponential back-off and the quotas the local policy picks (:mod:`edge_agent.restarts`); the
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from controlplane.bus.messages import MessageError, PlacementState, RunSpec, parse
+from edge_agent.cgroups import CpuLimiter, NoCpuLimit
 from edge_agent.restarts import Backoff, RestartChoice, as_requested, wants_restart
 
 __all__ = ["ProcessRunner", "RestartAdvisor", "RunningPlacement"]
@@ -85,10 +87,20 @@ if sys.platform.startswith("linux"):
 _PR_SET_PDEATHSIG = 1
 
 
-def _limits_preexec(memory_bytes: int | None) -> Callable[[], None]:
+def _limits_preexec(memory_bytes: int | None, cgroup_procs: str | None = None) -> Callable[[], None]:
     """Runs in the child between fork and exec: no imports, no allocation-heavy work, no raising."""
 
     def apply() -> None:
+        if cgroup_procs is not None:
+            # Join the placement's cgroup before exec ("0" moves the writing process itself).
+            try:
+                fd = os.open(cgroup_procs, os.O_WRONLY)
+                try:
+                    os.write(fd, b"0")
+                finally:
+                    os.close(fd)
+            except Exception:
+                pass
         if _resource is not None and memory_bytes is not None:
             try:
                 _resource.setrlimit(_resource.RLIMIT_AS, (memory_bytes, memory_bytes))
@@ -134,6 +146,7 @@ class ProcessRunner:
         restart_advisor: RestartAdvisor | None = None,
         backoff: Backoff | None = None,
         state_file: Path | None = None,
+        cpu_limiter: CpuLimiter | None = None,
     ) -> None:
         self.work_dir = work_dir
         self.logs = work_dir / "logs"
@@ -146,6 +159,7 @@ class ProcessRunner:
         self.placements: dict[str, RunningPlacement] = {}
         self.tombstones: set[str] = set()  # stopped before they ran: a late run command is refused
         self.state_file = state_file
+        self.cpu_limiter: CpuLimiter = cpu_limiter or NoCpuLimit()
 
     def running_ids(self) -> list[str]:
         return [pid for pid, p in self.placements.items() if p.state.state == "Running"]
@@ -288,6 +302,13 @@ class ProcessRunner:
         if spec.gpu_indices:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
         entry.limits = ["memory:rlimit_as"]
+        procs: Path | None = None
+        try:
+            procs = self.cpu_limiter.prepare(state.placement_id, entry.cpu)
+        except OSError as exc:  # a cgroup that cannot be made: run unlimited, and say so
+            log.warning("no CPU quota for %s: %s", state.placement_id, exc)
+        if procs is not None:
+            entry.limits.append(f"cpu:{self.cpu_limiter.name}")
         try:
             # A restart appends to the log, so the output of every run is kept.
             with self._log_path(entry).open("ab" if state.restarts else "wb") as log_file:
@@ -299,7 +320,7 @@ class ProcessRunner:
                     cwd=str(self.work_dir),
                     env=env,
                     start_new_session=True,
-                    preexec_fn=_limits_preexec(entry.memory),
+                    preexec_fn=_limits_preexec(entry.memory, str(procs) if procs else None),
                 )
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             entry.process = None
@@ -309,6 +330,7 @@ class ProcessRunner:
         return None
 
     def _finish_unstartable(self, entry: RunningPlacement, error: tuple[int, str]) -> None:
+        self.cpu_limiter.release(entry.state.placement_id)
         now = time.time()
         state = entry.state
         state.state, (state.exit_code, state.message) = "Failed", error
@@ -387,6 +409,7 @@ class ProcessRunner:
             self.on_change(state)
             self._persist()
         state.finished_at = time.time()
+        self.cpu_limiter.release(state.placement_id)
         self.on_change(state)
         self._trim()
         self._persist()

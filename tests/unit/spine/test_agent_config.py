@@ -33,6 +33,8 @@ def test_flags_override_the_file(tmp_path):
         ("name: n\nrestart_backoff_s: fast\n", "restart_backoff_s", "between"),
         ("name: n\nrestart_backoff_s: 10\nrestart_backoff_max_s: 5\n", "restart_backoff_max_s", ">="),
         ("name: n\noffline_scale_interval_s: 0\n", "offline_scale_interval_s", "between"),
+        ("name: n\ncpu_limits: maybe\n", "cpu_limits", "true or false"),
+        ("name: n\ncgroup_root: relative/dir\n", "cgroup_root", "absolute path"),
     ],
 )
 def test_bad_files_name_the_file_key_and_reason(tmp_path, text, key, reason):
@@ -63,3 +65,12 @@ def test_restart_backoff_and_offline_interval_have_defaults_and_can_be_set(tmp_p
         8,
         2,
     )
+
+
+def test_cpu_limits_are_on_by_default_and_can_be_switched_off(tmp_path):
+    defaults = load_agent_config(None, {"name": "n"})
+    assert (defaults.cpu_limits, defaults.cgroup_root) == (True, "")
+    path = tmp_path / "agent.yaml"
+    path.write_text("name: n\ncpu_limits: false\ncgroup_root: /sys/fs/cgroup/edge.slice/work\n")
+    config = load_agent_config(str(path), {})
+    assert (config.cpu_limits, config.cgroup_root) == (False, "/sys/fs/cgroup/edge.slice/work")
