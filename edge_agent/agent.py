@@ -207,9 +207,7 @@ class Agent:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         await self.runner.stop_all()
-        close_limiter = getattr(self.runner.cpu_limiter, "close", None)
-        if close_limiter is not None:
-            close_limiter()
+        self.runner.cpu_limiter.close()
         await self.functions.close()
         if self._nc is not None:
             with contextlib.suppress(Exception):

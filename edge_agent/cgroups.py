@@ -18,6 +18,7 @@ to the cgroup's ``cgroup.procs``), so no instruction runs unlimited.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import logging
 import os
@@ -47,6 +48,8 @@ class CpuLimiter(Protocol):
 
     def release(self, placement_id: str) -> None: ...
 
+    def close(self) -> None: ...
+
 
 class NoCpuLimit:
     """No cgroup available: quotas are not enforced."""
@@ -59,15 +62,20 @@ class NoCpuLimit:
     def release(self, placement_id: str) -> None:
         return None
 
+    def close(self) -> None:
+        return None
 
-class _CgroupCpu:
+
+class _CgroupCpu(abc.ABC):
+    """A directory of per-placement cgroups; subclasses write the quota in their version's files."""
+
     name = "cgroup"
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def _write_quota(self, group: Path, cpu: float) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _write_quota(self, group: Path, cpu: float) -> None: ...
 
     def prepare(self, placement_id: str, cpu: float) -> Path | None:
         group = self.root / placement_id

@@ -177,7 +177,7 @@ class ProcessRunner:
         self.placements[placement_id] = entry
         error = await self._spawn(entry)
         if error is not None:
-            self._finish_unstartable(entry, error)
+            self._fail_without_process(entry, error)
             return
         state.started_at = time.time()
         self.on_change(state)
@@ -261,29 +261,25 @@ class ProcessRunner:
         self.placements[placement_id] = entry
         why = "the agent restarted (its processes died with it)"
         if not wants_restart(spec.restart_policy, state.exit_code, restarts, spec.max_restarts):
-            return self._end_resume(entry, f"{why}; max_restarts ({spec.max_restarts}) reached")
+            self._fail_without_process(
+                entry, (state.exit_code, f"{why}; max_restarts ({spec.max_restarts}) reached")
+            )
+            return state
         choice = self._advise(entry)
         if not choice.restart:
-            return self._end_resume(entry, f"{choice.reason}; not resumed after {why}")
+            self._fail_without_process(entry, (state.exit_code, f"{choice.reason}; not resumed after {why}"))
+            return state
         entry.cpu, entry.memory = choice.cpu, choice.memory
         state.restarts += 1
         error = await self._spawn(entry)
         if error is not None:
-            self._finish_unstartable(entry, error)
+            self._fail_without_process(entry, error)
             return state
         state.exit_code = None
         state.message = f"resumed after {why}; {choice.reason}"
         log.info("placement %s resumed (%s)", placement_id, state.message)
         self.on_change(state)
         entry.task = asyncio.create_task(self._supervise(entry), name=f"watch-{placement_id}")
-        return state
-
-    def _end_resume(self, entry: RunningPlacement, message: str) -> PlacementState:
-        state = entry.state
-        state.state, state.message = "Failed", message
-        state.finished_at = time.time()
-        self.on_change(state)
-        self._trim()
         return state
 
     def _log_path(self, entry: RunningPlacement) -> Path:
@@ -329,7 +325,8 @@ class ProcessRunner:
             return code, f"could not start {spec.command[0]!r}: {reason}"
         return None
 
-    def _finish_unstartable(self, entry: RunningPlacement, error: tuple[int, str]) -> None:
+    def _fail_without_process(self, entry: RunningPlacement, error: tuple[int, str]) -> None:
+        """End a placement that has no process running: exec failed, or a resume was refused."""
         self.cpu_limiter.release(entry.state.placement_id)
         now = time.time()
         state = entry.state
@@ -361,11 +358,7 @@ class ProcessRunner:
             timed_out = await self._wait_exit(process, deadline)
             code = process.returncode if process.returncode is not None else -signal.SIGKILL
             state.exit_code = 128 - code if code < 0 else code
-            if entry.stop_requested:
-                state.state, state.message = "Cancelled", "stopped on request"
-                break
-            if timed_out:
-                state.state, state.message = "Failed", f"timed out after {spec.timeout_s:g}s"
+            if self._ended_early(entry, timed_out):
                 break
             exited = self._exit_message(entry)
             if not wants_restart(spec.restart_policy, state.exit_code, state.restarts, spec.max_restarts):
@@ -382,11 +375,7 @@ class ProcessRunner:
                 timed_out = True
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(entry.wake.wait(), timeout=delay)
-            if entry.stop_requested:
-                state.state, state.message = "Cancelled", "stopped on request"
-                break
-            if timed_out:
-                state.state, state.message = "Failed", f"timed out after {spec.timeout_s:g}s"
+            if self._ended_early(entry, timed_out):
                 break
             choice = self._advise(entry)
             if not choice.restart:
@@ -413,6 +402,18 @@ class ProcessRunner:
         self.on_change(state)
         self._trim()
         self._persist()
+
+    @staticmethod
+    def _ended_early(entry: RunningPlacement, timed_out: bool) -> bool:
+        """A stop on request or the placement's deadline ends it; True (state set) when one did."""
+        state = entry.state
+        if entry.stop_requested:
+            state.state, state.message = "Cancelled", "stopped on request"
+        elif timed_out:
+            state.state, state.message = "Failed", f"timed out after {entry.spec.timeout_s:g}s"
+        else:
+            return False
+        return True
 
     def _exit_message(self, entry: RunningPlacement) -> str:
         code = entry.state.exit_code

@@ -690,6 +690,7 @@ class Simulation:
         # by nodes already waking (what a cluster autoscaler does on pending pods).
         waking_free: dict[str, float] = {n.name: n.cpu for n in self.nodes if n.state == "waking"}
         wakes = 0
+        wake_order = self._wake_order(self.nodes)  # waking changes states, not the order
         for entry in self.sched.queue.ordered():
             res = entry.request.resources
             for _ in entry.replicas:
@@ -704,14 +705,7 @@ class Simulation:
                 if covered is not None:
                     waking_free[covered] -= res.cpu
                     continue
-                sleeper = next(
-                    (
-                        n
-                        for n in self._wake_order(self.nodes)
-                        if n.state == "sleep" and self._can_host(n, res)
-                    ),
-                    None,
-                )
+                sleeper = next((n for n in wake_order if n.state == "sleep" and self._can_host(n, res)), None)
                 if sleeper is None or wakes >= 20:
                     break
                 self._wake(sleeper)

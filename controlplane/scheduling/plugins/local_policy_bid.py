@@ -58,8 +58,9 @@ from edge_agent.policy.actions import (
     DECLINE,
     DECLINE_REWARD,
     N_BINS,
-    mask_entry,
+    action_mask,
     requested_bin,
+    select_from_logits,
 )
 from edge_agent.policy.features import NodeView, Offer, features, mig_free_from_occupancy
 
@@ -290,21 +291,20 @@ class LocalPolicyBid(MultiObjective):
         w3 = self.node_weights(x)
         transfers = x.transfer_s.tolist() if self.transfer else [0.0] * n
         rows = []
-        blocked = []
+        allowed = []
         for view, e, transfer in zip(views, w3.tolist(), transfers, strict=True):
             offer.transfer_s = transfer
             rows.append(features(view, offer, (w.util, w.qos, e, w.penalty)))
-            blocked.append(mask_entry(view, offer)[1])
+            allowed.append(action_mask(view, offer))
         q, logits = self.policy.outputs(np.stack(rows))
-        blocked_rows = np.stack(blocked)
-        logits = np.where(blocked_rows, -np.inf, logits)
-        action = logits.argmax(axis=1).astype(np.int64)
+        mask = np.stack(allowed)
+        action = select_from_logits(logits, mask)
         accept = action != DECLINE
         value = q[np.arange(n), np.minimum(action, N_BINS - 1)]
         if self.bid_score == "requested":
             # As a live bid's score_requested: that bin's q where it fits, else the chosen bin's.
             as_requested = requested_bin(offer)
-            value = np.where(blocked_rows[:, as_requested], value, q[:, as_requested])
+            value = np.where(mask[:, as_requested], q[:, as_requested], value)
         score = np.where(accept, value, DECLINE_REWARD)
         return Bids(accept, action, score.astype(np.float64), w3, fallback=not accept.any())
 
