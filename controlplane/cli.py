@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "up": ("controlplane.commands.up", "run hub + embedded NATS + local edge agents (the quick start)"),
     "serve": ("controlplane.commands.serve", "run the hub (HTTP API + NATS bus + scheduler)"),
     "migrate": ("controlplane.commands.migrate", "migrate the store's schema to the latest revision"),
+    "token": ("controlplane.commands.token", "create, list and revoke API tokens"),
     "simulate-functions": ("controlplane.serverless.sim_cli", "compare function keep-alive policies"),
     "simulate": ("controlplane.sim.cli", "compare schedulers side by side in the discrete-event simulator"),
     "policy": ("controlplane.policy.cli", "train, export and evaluate the agent's local policy"),

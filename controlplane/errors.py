@@ -11,7 +11,11 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "EdgeplaneError",
+    "ForbiddenError",
     "NotFoundError",
+    "RateLimitedError",
+    "UnauthorizedError",
+    "UnsupportedMediaTypeError",
     "ValidationError",
 ]
 
@@ -26,6 +30,8 @@ class EdgeplaneError(Exception):
         super().__init__(message)
         self.message = message
         self.field = field
+        # Extra HTTP response headers (WWW-Authenticate, Retry-After, ...).
+        self.headers: dict[str, str] = {}
 
     def to_dict(self) -> dict[str, object]:
         return {"code": self.code, "message": self.message, "field": self.field}
@@ -53,6 +59,38 @@ class NotFoundError(EdgeplaneError):
 class ConflictError(EdgeplaneError):
     code = "conflict"
     http_status = 409
+
+
+class UnauthorizedError(EdgeplaneError):
+    """No credentials, or credentials that are unknown, expired or revoked."""
+
+    code = "unauthorized"
+    http_status = 401
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, field="Authorization")
+        self.headers["WWW-Authenticate"] = 'Bearer realm="edgeplane"'
+
+
+class ForbiddenError(EdgeplaneError):
+    """Valid credentials without the scope the operation needs."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+class UnsupportedMediaTypeError(EdgeplaneError):
+    code = "unsupported_media_type"
+    http_status = 415
+
+
+class RateLimitedError(EdgeplaneError):
+    code = "rate_limited"
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.headers["Retry-After"] = str(retry_after_s)
 
 
 class ConfigError(EdgeplaneError):

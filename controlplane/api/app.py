@@ -6,6 +6,15 @@ import json
 
 from aiohttp import web
 
+from controlplane.api.auth import (
+    AUTH_SETTINGS,
+    IDENTITIES,
+    RATE_LIMITER,
+    AuthSettings,
+    RateLimiter,
+    access_middleware,
+    auth_middleware,
+)
 from controlplane.api.errors import error_middleware
 from controlplane.api.functions import routes as function_routes
 from controlplane.api.keys import HUB
@@ -15,6 +24,7 @@ from controlplane.api.views import cluster_json, event_json, node_json, workload
 from controlplane.errors import NotFoundError, ValidationError
 from controlplane.hub.service import Hub
 from controlplane.hub.spec import WorkloadSpec
+from controlplane.store.identities import IdentityStore
 
 __all__ = ["HUB", "create_app"]
 
@@ -206,10 +216,16 @@ async def list_events(request: web.Request) -> web.Response:
     )
 
 
-def create_app(hub: Hub) -> web.Application:
-    """The API application for a started (or starting) hub."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY)
+def create_app(hub: Hub, *, auth: AuthSettings | None = None) -> web.Application:
+    """The API application for a started (or starting) hub; every route but /healthz needs a token."""
+    auth = auth or AuthSettings()
+    app = web.Application(
+        middlewares=[access_middleware, error_middleware, auth_middleware], client_max_size=MAX_BODY
+    )
     app[HUB] = hub
+    app[IDENTITIES] = IdentityStore(hub.store)
+    app[AUTH_SETTINGS] = auth
+    app[RATE_LIMITER] = RateLimiter(rate_per_s=auth.rate_per_s, burst=auth.burst)
     app.add_routes(routes)
     app.add_routes(function_routes)
     return app

@@ -25,7 +25,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except EdgeplaneError as exc:
-        return json_error(exc.http_status, exc.code, exc.message, exc.field)
+        response = json_error(exc.http_status, exc.code, exc.message, exc.field)
+        response.headers.update(exc.headers)
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -5,22 +5,31 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
 
 from controlplane.errors import ConfigError
 from controlplane.federation.config import FederationConfig, load_federation, single_cluster
 from controlplane.store.db import sqlite_url
 
 if TYPE_CHECKING:
+    from controlplane.api.auth import AuthSettings
     from controlplane.hub.service import HubSettings
+    from controlplane.store.store import Store
 
 __all__ = [
+    "ADMIN_TOKEN_FILE",
     "add_hub_arguments",
+    "api_auth",
+    "api_ssl_context",
     "check_function_policy",
     "database_url",
+    "ensure_admin_token",
     "federation_from",
     "hub_settings",
+    "mask_url",
     "setup_logging",
 ]
 
@@ -59,6 +68,14 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         help="how long to wait for agents' local-policy bids before placing (0 disables bids)",
     )
     parser.add_argument("--lease-missed", type=int, default=3, help="heartbeats a node may miss (default 3)")
+    parser.add_argument("--tls-cert", help="serve the API over HTTPS with this certificate (PEM)")
+    parser.add_argument("--tls-key", help="the private key (PEM) of --tls-cert")
+    parser.add_argument(
+        "--rate-limit",
+        type=float,
+        default=50.0,
+        help="API requests per second per token, with bursts of 4x (default 50; 0 disables)",
+    )
     parser.add_argument("--log-level", default="INFO")
 
 
@@ -112,3 +129,70 @@ def hub_settings(args: argparse.Namespace, nats_url: str, federation: Federation
         scheduler=args.scheduler,
         bid_deadline_ms=args.bid_deadline_ms,
     )
+
+
+ADMIN_TOKEN_FILE = "admin.token"
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (for banners and logs)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def api_auth(args: argparse.Namespace) -> AuthSettings:
+    from controlplane.api.auth import AuthSettings
+
+    if not 0 <= args.rate_limit <= 1_000_000:
+        raise ConfigError("<command line>", "--rate-limit", "must be between 0 and 1000000")
+    return AuthSettings(rate_per_s=args.rate_limit, burst=max(1, int(args.rate_limit * 4)))
+
+
+def api_ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The API's TLS context from --tls-cert/--tls-key; ConfigError names what is wrong."""
+    if not args.tls_cert and not args.tls_key:
+        return None
+    if not args.tls_cert or not args.tls_key:
+        raise ConfigError(
+            "<command line>", "--tls-cert" if not args.tls_cert else "--tls-key", "both are needed"
+        )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(args.tls_cert, "--tls-cert/--tls-key", f"cannot load: {exc}") from None
+    return context
+
+
+async def ensure_admin_token(store: Store, data_dir: Path) -> tuple[Path, bool]:
+    """``<data-dir>/admin.token`` holding a valid admin token (mode 0600); True when made now.
+
+    Kept across restarts while it still authenticates; replaced when revoked or lost.
+    """
+    from controlplane.store.identities import IdentityStore
+
+    identities = IdentityStore(store)
+    path = data_dir / ADMIN_TOKEN_FILE
+    if path.exists():
+        principal = await identities.authenticate(path.read_text().strip())
+        if principal is not None and principal.allows("admin"):
+            return path, False
+    new = await identities.create_api_token("admin", ["admin"])
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(new.token + "\n")
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return path, True

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ssl
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from controlplane.commands.common import (
     add_hub_arguments,
+    api_auth,
+    api_ssl_context,
     check_function_policy,
     database_url,
+    ensure_admin_token,
     federation_from,
     hub_settings,
+    mask_url,
     setup_logging,
 )
+
+if TYPE_CHECKING:
+    from controlplane.api.auth import AuthSettings
 
 __all__ = ["configure", "run"]
 
@@ -29,13 +39,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         federation = federation_from(args)
         check_function_policy(args)
+        auth = api_auth(args)
+        ssl_context = api_ssl_context(args)
     except ConfigError as exc:
         print(f"controlplane: configuration error: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(args, federation))
+    return asyncio.run(_serve(args, federation, auth, ssl_context))
 
 
-async def _serve(args: argparse.Namespace, federation: object) -> int:
+async def _serve(
+    args: argparse.Namespace, federation: object, auth: AuthSettings, ssl_context: ssl.SSLContext | None
+) -> int:
     from controlplane.federation.config import FederationConfig
     from controlplane.hub.runner import start_hub, wait_for_signal
     from controlplane.natsd import NatsServer
@@ -48,8 +62,20 @@ async def _serve(args: argparse.Namespace, federation: object) -> int:
         nats_url = nats_server.url
     try:
         settings = hub_settings(args, nats_url, federation)
-        running = await start_hub(settings, database_url=database_url(args), host=args.host, port=args.port)
-        print(f"edgeplane hub: API {running.url}  NATS {nats_url}", flush=True)
+        running = await start_hub(
+            settings,
+            database_url=database_url(args),
+            host=args.host,
+            port=args.port,
+            auth=auth,
+            ssl_context=ssl_context,
+        )
+        token_file, token_created = await ensure_admin_token(running.hub.store, Path(args.data_dir))
+        made = "new admin token in" if token_created else "admin token in"
+        print(
+            f"edgeplane hub: API {running.url}  NATS {mask_url(nats_url)}  {made} {token_file}",
+            flush=True,
+        )
         try:
             await wait_for_signal(asyncio.Event())
         finally:

@@ -12,18 +12,27 @@ import asyncio
 import contextlib
 import os
 import signal
+import ssl
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from controlplane.commands.common import (
     add_hub_arguments,
+    api_auth,
+    api_ssl_context,
     check_function_policy,
     database_url,
+    ensure_admin_token,
     federation_from,
     hub_settings,
+    mask_url,
     setup_logging,
 )
+
+if TYPE_CHECKING:
+    from controlplane.api.auth import AuthSettings
 
 __all__ = ["configure", "run"]
 
@@ -48,10 +57,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         federation = federation_from(args)
         check_function_policy(args)
+        auth = api_auth(args)
+        ssl_context = api_ssl_context(args)
     except ConfigError as exc:
         print(f"controlplane up: configuration error: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_up(args, federation))
+    return asyncio.run(_up(args, federation, auth, ssl_context))
 
 
 def _agent_command(
@@ -82,7 +93,9 @@ def _agent_command(
     return command
 
 
-async def _up(args: argparse.Namespace, federation: object) -> int:
+async def _up(
+    args: argparse.Namespace, federation: object, auth: AuthSettings, ssl_context: ssl.SSLContext | None
+) -> int:
     from controlplane.federation.config import FederationConfig
     from controlplane.hub.runner import start_hub, wait_for_signal
     from controlplane.natsd import NatsServer
@@ -99,7 +112,15 @@ async def _up(args: argparse.Namespace, federation: object) -> int:
     running = None
     try:
         settings = hub_settings(args, nats_url, federation)
-        running = await start_hub(settings, database_url=database_url(args), host=args.host, port=args.port)
+        running = await start_hub(
+            settings,
+            database_url=database_url(args),
+            host=args.host,
+            port=args.port,
+            auth=auth,
+            ssl_context=ssl_context,
+        )
+        token_file, token_created = await ensure_admin_token(running.hub.store, data_dir)
         clusters = federation.clusters
         for index in range(args.agents):
             cluster = clusters[index % len(clusters)]
@@ -111,10 +132,13 @@ async def _up(args: argparse.Namespace, federation: object) -> int:
                     env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 )
             )
+        made = "new admin token in" if token_created else "admin token in"
         print(
-            f"edgeplane is up: API {running.url}  NATS {nats_url}  "
-            f"store {database_url(args)}  agents {args.agents}\n"
-            f"  try: curl {running.url}/v1/nodes\n  Ctrl-C stops everything.",
+            f"edgeplane is up: API {running.url}  NATS {mask_url(nats_url)}  "
+            f"store {mask_url(database_url(args))}  agents {args.agents}\n"
+            f"  {made} {token_file} (keep it secret; `controlplane token create` makes narrower ones)\n"
+            f'  try: curl -H "Authorization: Bearer $(cat {token_file})" {running.url}/v1/nodes\n'
+            f"  Ctrl-C stops everything.",
             flush=True,
         )
         await wait_for_signal(asyncio.Event())

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 
 from aiohttp import web
 
 from controlplane.api.app import create_app
+from controlplane.api.auth import AuthSettings
 from controlplane.hub.service import Hub, HubSettings
 from controlplane.store.store import Store
 
@@ -38,6 +40,8 @@ async def start_hub(
     host: str = "127.0.0.1",
     port: int = 8080,
     hub_factory: Callable[[HubSettings, Store], Hub] = Hub,
+    auth: AuthSettings | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> RunningHub:
     store = await Store.open(database_url)
     hub = hub_factory(settings, store)
@@ -47,9 +51,10 @@ async def start_hub(
         await hub.stop()
         await store.close()
         raise
-    runner = web.AppRunner(create_app(hub), access_log=None)
+    # The API's own middleware writes the access log (with the principal), so aiohttp's is off.
+    runner = web.AppRunner(create_app(hub, auth=auth), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     try:
         await site.start()
     except OSError:
@@ -59,7 +64,8 @@ async def start_hub(
         raise
     server = getattr(site, "_server", None)
     bound = server.sockets[0].getsockname()[1] if server and server.sockets else port
-    return RunningHub(hub, runner, f"http://{host}:{bound}")
+    scheme = "https" if ssl_context is not None else "http"
+    return RunningHub(hub, runner, f"{scheme}://{host}:{bound}")
 
 
 async def wait_for_signal(stop: asyncio.Event) -> None:

@@ -13,10 +13,13 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "Base",
+    "ApiTokenRow",
     "ClusterRow",
     "EventRow",
     "FunctionRow",
     "InvocationRow",
+    "JoinTokenRow",
+    "NodeCredentialRow",
     "NodeRow",
     "PlacementRow",
     "WorkloadRow",
@@ -52,6 +55,8 @@ class NodeRow(Base):
     power_source: Mapped[str] = mapped_column(String(16), default="unknown")
     battery_percent: Mapped[float | None] = mapped_column(Float, nullable=True)
     heartbeat_interval_s: Mapped[float] = mapped_column(Float, default=2.0)
+    # What the agent could enforce on user code (clean env, run-as user, cgroup, pids limit...).
+    isolation: Mapped[dict[str, Any]] = mapped_column(default=dict)
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
@@ -145,3 +150,44 @@ class InvocationRow(Base):
     timings: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class ApiTokenRow(Base):
+    """An API bearer token: only its SHA-256 is kept; the token itself is shown once at creation."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[Any]] = mapped_column(default=list)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class JoinTokenRow(Base):
+    """A short-lived, single-use agent enrolment token for one cluster (only its hash is kept)."""
+
+    __tablename__ = "join_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    cluster: Mapped[str] = mapped_column(String(63))
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+    used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    used_by: Mapped[str | None] = mapped_column(String(63), nullable=True)
+
+
+class NodeCredentialRow(Base):
+    """A node's NATS identity: its nkey public key (the seed never leaves the agent)."""
+
+    __tablename__ = "node_credentials"
+
+    node: Mapped[str] = mapped_column(String(63), primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(63))
+    public_key: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)

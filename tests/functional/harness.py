@@ -14,9 +14,11 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from controlplane.api.auth import AuthSettings
 from controlplane.federation.config import FederationConfig, single_cluster
 from controlplane.hub.runner import RunningHub, start_hub
 from controlplane.hub.service import HubSettings
+from controlplane.store.identities import IdentityStore
 from edge_agent.agent import Agent
 from edge_agent.config import AgentConfig
 from edge_agent.telemetry.gpu import StaticGpuReader
@@ -94,13 +96,25 @@ def hub_settings(nats_url: str, federation: FederationConfig | None = None, **ov
 
 @contextlib.asynccontextmanager
 async def running_hub(
-    nats_url: str, database_url: str, federation: FederationConfig | None = None, **overrides: Any
+    nats_url: str,
+    database_url: str,
+    federation: FederationConfig | None = None,
+    *,
+    auth: AuthSettings | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[tuple[RunningHub, Api]]:
+    """A hub with its API; the client sends an admin token (``Api.session``'s default header)."""
     running = await start_hub(
-        hub_settings(nats_url, federation, **overrides), database_url=database_url, host="127.0.0.1", port=0
+        hub_settings(nats_url, federation, **overrides),
+        database_url=database_url,
+        host="127.0.0.1",
+        port=0,
+        auth=auth,
     )
     try:
-        async with aiohttp.ClientSession() as session:
+        admin = await IdentityStore(running.hub.store).create_api_token("test-admin", ["admin"])
+        headers = {"Authorization": f"Bearer {admin.token}"}
+        async with aiohttp.ClientSession(headers=headers) as session:
             yield running, Api(running.url, session)
     finally:
         await running.stop()

@@ -16,17 +16,21 @@ from controlplane.natsd import free_port
 from controlplane.store.db import head_revision
 
 
-def _get(url: str) -> tuple[int, dict]:
+def _get(url: str, token: str | None = None) -> tuple[int, dict]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
 
 
-def _post(url: str, body: dict) -> tuple[int, dict]:
+def _post(url: str, body: dict, token: str) -> tuple[int, dict]:
     request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+        method="POST",
     )
     with urllib.request.urlopen(request, timeout=5) as response:
         return response.status, json.loads(response.read())
@@ -81,7 +85,16 @@ def test_controlplane_up_runs_hub_nats_and_agents_and_ctrl_c_stops_them_all(tmp_
     try:
         banner = up.stdout.readline()
         assert f"API {base}" in banner, banner
-        nodes = _poll(lambda: _get(f"{base}/v1/nodes")[1], lambda body: len(body.get("items", [])) == 2)
+        token_file = tmp_path / "data" / "admin.token"
+        assert f"admin token in {token_file}" in up.stdout.readline()
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        token = token_file.read_text().strip()
+        # Without the token the API answers 401 (the usual JSON error), /healthz stays open.
+        assert _get(f"{base}/v1/nodes")[0] == 401
+        assert _get(f"{base}/healthz")[0] in (200, 503)
+        nodes = _poll(
+            lambda: _get(f"{base}/v1/nodes", token)[1], lambda body: len(body.get("items", [])) == 2
+        )
         assert {n["status"] for n in nodes["items"]} == {"Ready"}
         children = _children(up.pid)
         assert len(children) == 3, "nats-server and two agents"
@@ -92,10 +105,12 @@ def test_controlplane_up_runs_hub_nats_and_agents_and_ctrl_c_stops_them_all(tmp_
                 "command": ["sh", "-c", "echo hi"],
                 "resources": {"cpu": 0.5, "memory": "64Mi"},
             },
+            token,
         )
         assert status == 201
         done = _poll(
-            lambda: _get(f"{base}/v1/workloads/{created['id']}")[1], lambda w: w["status"] == "Succeeded"
+            lambda: _get(f"{base}/v1/workloads/{created['id']}", token)[1],
+            lambda w: w["status"] == "Succeeded",
         )
         assert done["exit_code"] == 0 and done["node"] in {"edge-1", "edge-2"}
         assert (tmp_path / "data" / "edgeplane.sqlite3").exists()

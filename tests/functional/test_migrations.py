@@ -8,7 +8,18 @@ from sqlalchemy import inspect, text
 from controlplane.store.db import create_engine, current_revision, downgrade, head_revision, migrate
 from controlplane.store.models import Base
 
-TABLES = {"clusters", "nodes", "workloads", "placements", "events", "functions", "invocations"}
+TABLES = {
+    "clusters",
+    "nodes",
+    "workloads",
+    "placements",
+    "events",
+    "functions",
+    "invocations",
+    "api_tokens",
+    "join_tokens",
+    "node_credentials",
+}
 
 
 async def _tables(engine) -> set[str]:

@@ -1,0 +1,1 @@
+"""Identities: API bearer tokens with scopes, agent join tokens, and their errors."""
