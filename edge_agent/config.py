@@ -194,6 +194,9 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
         setattr(cfg, key, value)
     if not cfg.work_dir:
         cfg.work_dir = str(Path.home() / ".edgeplane" / "agent" / cfg.name)
+    # Absolute once, here: processes started in a work dir of their own must not resolve a
+    # relative path against it a second time (a relative --data-dir broke every function).
+    cfg.work_dir = str(Path(cfg.work_dir).expanduser().absolute())
     if data.get("function_memory") is not None:
         try:
             cfg.function_memory = parse_memory(data["function_memory"], field_name="function_memory")
