@@ -14,11 +14,13 @@ from controlplane.api.auth import (
     RateLimiter,
     access_middleware,
     auth_middleware,
+    principal_of,
 )
 from controlplane.api.errors import error_middleware
 from controlplane.api.functions import routes as function_routes
 from controlplane.api.keys import HUB
 from controlplane.api.openapi import openapi_document
+from controlplane.api.redact import redact
 from controlplane.api.request import MAX_BODY, choice_query, int_query, json_body, page
 from controlplane.api.views import cluster_json, event_json, node_json, workload_json
 from controlplane.errors import NotFoundError, ValidationError
@@ -131,7 +133,9 @@ async def create_workload(request: web.Request) -> web.Response:
     workload_id, created = await hub.create_workload(spec, idempotency_key=key)
     found = await hub.store.get_workload(workload_id)
     assert found is not None
-    return web.json_response(workload_json(*found), status=201 if created else 200)
+    return web.json_response(
+        redact(workload_json(*found), principal_of(request)), status=201 if created else 200
+    )
 
 
 @routes.get("/v1/workloads")
@@ -147,20 +151,21 @@ async def list_workloads(request: web.Request) -> web.Response:
         offset=offset,
     )
     placements = await hub.store.placements_for([r.id for r in rows])
-    items = [workload_json(r, placements.get(r.id, [])) for r in rows]
+    who = principal_of(request)
+    items = [redact(workload_json(r, placements.get(r.id, [])), who) for r in rows]
     return web.json_response({"items": items, "total": total, "limit": limit, "offset": offset})
 
 
-async def _workload_or_404(hub: Hub, workload_id: str) -> web.Response:
-    found = await hub.store.get_workload(workload_id)
+async def _workload_or_404(request: web.Request, workload_id: str) -> web.Response:
+    found = await request.app[HUB].store.get_workload(workload_id)
     if found is None:
         raise NotFoundError(f"workload {workload_id!r} not found", field="id")
-    return web.json_response(workload_json(*found))
+    return web.json_response(redact(workload_json(*found), principal_of(request)))
 
 
 @routes.get("/v1/workloads/{id}")
 async def get_workload(request: web.Request) -> web.Response:
-    return await _workload_or_404(request.app[HUB], request.match_info["id"])
+    return await _workload_or_404(request, request.match_info["id"])
 
 
 @routes.get("/v1/workloads/{id}/placement")
@@ -199,7 +204,7 @@ async def delete_workload(request: web.Request) -> web.Response:
     await hub.cancel_workload(workload_id)
     found = await hub.store.get_workload(workload_id)
     assert found is not None
-    return web.json_response(workload_json(*found), status=202)
+    return web.json_response(redact(workload_json(*found), principal_of(request)), status=202)
 
 
 @routes.get("/v1/events")

@@ -233,3 +233,18 @@ async def test_token_cli_creates_lists_and_revokes_tokens_a_running_hub_honours(
     assert bad.returncode == 2 and "unknown scope 'root'" in bad.stderr
     again = _cli("revoke", "nobody", data_dir=data)
     assert again.returncode == 1 and "no active token" in again.stderr
+
+
+async def test_env_values_are_masked_for_callers_without_admin(nats_server, sqlite_url):
+    async with running_hub(nats_server.url, sqlite_url) as (running, api):
+        body = {**WORKLOAD, "env": {"DB_PASSWORD": "hunter2", "MODE": "fast"}}
+        ops = await IdentityStore(running.hub.store).create_api_token("ops", ["workloads", "read"])
+        status, _, created = await _raw(
+            "POST", running.url + "/v1/workloads", json=body, headers=_bearer(ops.token)
+        )
+        assert status == 201 and created["spec"]["env"] == {"DB_PASSWORD": "***", "MODE": "***"}
+        for path in (f"/v1/workloads/{created['id']}", "/v1/workloads"):
+            status, _, seen = await _raw("GET", running.url + path, headers=_bearer(ops.token))
+            assert status == 200 and "hunter2" not in json.dumps(seen), path
+        shown = await api.workload(created["id"])  # the harness's admin token
+        assert shown["spec"]["env"] == {"DB_PASSWORD": "hunter2", "MODE": "fast"}
