@@ -28,6 +28,10 @@ from controlplane.federation.config import single_cluster
 from controlplane.hub.runner import RunningHub, start_hub
 from controlplane.hub.service import HubSettings
 from controlplane.natsd import NatsServer
+from controlplane.store.identities import IdentityStore
+
+# Bearer headers per hub URL (each hub run has its own store and admin token).
+AUTH: dict[str, dict[str, str]] = {}
 
 ECHO = "def handle(event, context):\n    return event\n"
 
@@ -54,6 +58,8 @@ async def hub_with_agents(
 ) -> tuple[RunningHub, list]:
     settings = HubSettings(nats_url=nats_url, federation=single_cluster(), function_policy=policy)
     hub = await start_hub(settings, database_url=f"sqlite+aiosqlite:///{tmp}/{tag}.sqlite3", port=0)
+    admin = await IdentityStore(hub.hub.store).create_api_token("bench", ["admin"])
+    AUTH[hub.url] = {"Authorization": f"Bearer {admin.token}"}
     procs = [
         subprocess.Popen(
             [
@@ -74,7 +80,7 @@ async def hub_with_agents(
         )
         for i in range(agents)
     ]
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(headers=AUTH[hub.url]) as http:
         for _ in range(200):
             async with http.get(f"{hub.url}/v1/nodes?status=Ready") as r:
                 if (await r.json())["total"] == agents:
@@ -109,7 +115,7 @@ async def main() -> int:
         # Cold: every call starts a new worker process.
         hub, procs = await hub_with_agents(tmp, nats_server.url, args.agents, "no-keepalive", "c")
         try:
-            async with aiohttp.ClientSession() as http:
+            async with aiohttp.ClientSession(headers=AUTH[hub.url]) as http:
                 await http.post(
                     f"{hub.url}/v1/functions", json={"name": "cold", "source": ECHO, "handler": "handle"}
                 )
@@ -125,7 +131,7 @@ async def main() -> int:
         hub, procs = await hub_with_agents(tmp, nats_server.url, args.agents, "fixed-10m", "w")
         try:
             async with aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=args.concurrency * 2)
+                connector=aiohttp.TCPConnector(limit=args.concurrency * 2), headers=AUTH[hub.url]
             ) as http:
                 await http.post(
                     f"{hub.url}/v1/functions", json={"name": "warm", "source": ECHO, "handler": "handle"}

@@ -25,6 +25,7 @@ from controlplane.federation.config import single_cluster
 from controlplane.hub.runner import start_hub
 from controlplane.hub.service import HubSettings
 from controlplane.natsd import NatsServer
+from controlplane.store.identities import IdentityStore
 
 
 def _ts(text: str) -> float:
@@ -47,6 +48,7 @@ async def main() -> int:
             nats_url=nats_server.url, federation=single_cluster(), reconcile_interval_s=0.5
         )
         hub = await start_hub(settings, database_url=f"sqlite+aiosqlite:///{tmp}/bench.sqlite3", port=0)
+        admin = await IdentityStore(hub.hub.store).create_api_token("bench", ["admin"])
         agents = [
             subprocess.Popen(
                 [
@@ -69,7 +71,7 @@ async def main() -> int:
         to_running: list[float] = []
         to_done: list[float] = []
         try:
-            async with aiohttp.ClientSession() as http:
+            async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {admin.token}"}) as http:
                 while True:
                     async with http.get(f"{hub.url}/v1/nodes") as r:
                         if (await r.json())["total"] == args.agents:
