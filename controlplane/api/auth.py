@@ -3,8 +3,8 @@
 Two middlewares:
 
 - ``access_middleware`` (outermost) times every request, writes one access-log line (method, path,
-  status, principal, duration) and records every mutating call in the event log (``ApiCall``,
-  with the token's name): the audit trail.
+  status, principal, duration) and records every mutating call but function invocations in the
+  event log (``ApiCall``, with the token's name): the audit trail.
 - ``auth_middleware`` (inside the error middleware, so its refusals are the usual JSON errors)
   authenticates ``Authorization: Bearer <token>`` (401), checks the scope the route needs (403),
   rate-limits per token (429 with ``Retry-After``) and refuses bodies that are not
@@ -191,8 +191,14 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         principal = principal_of(request)
         who = principal.name if principal else "-"
         access_log.info("%s %s %d principal=%s %.1fms", request.method, request.path, status, who, elapsed_ms)
-        if principal is not None and request.method in MUTATING:
+        if principal is not None and request.method in MUTATING and not _is_invocation(request.path):
             await _audit(request, principal, status, elapsed_ms)
+
+
+def _is_invocation(path: str) -> bool:
+    """Invocations are the data plane: access-logged, but not one audit event each (they would
+    drown the control-plane changes the event log is for, and cost a write per call)."""
+    return path.startswith("/v1/functions/") and path.endswith("/invoke")
 
 
 async def _audit(request: web.Request, principal: Principal, status: int, elapsed_ms: float) -> None:
