@@ -248,3 +248,19 @@ async def test_env_values_are_masked_for_callers_without_admin(nats_server, sqli
             assert status == 200 and "hunter2" not in json.dumps(seen), path
         shown = await api.workload(created["id"])  # the harness's admin token
         assert shown["spec"]["env"] == {"DB_PASSWORD": "hunter2", "MODE": "fast"}
+
+
+def test_a_bad_tls_option_fails_at_start_in_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", "up", "--agents", "0", "--data-dir", str(tmp_path),
+         "--tls-cert", str(tmp_path / "missing.crt"), "--tls-key", str(tmp_path / "missing.key")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{tmp_path / 'missing.crt'}: --tls-cert/--tls-key: cannot load" in lines[0]
+    only_cert = subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", "serve", "--tls-cert", "x.crt"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert only_cert.returncode == 2 and "--tls-key: --tls-cert and --tls-key go together" in only_cert.stderr
