@@ -162,9 +162,8 @@ def api_ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     if not args.tls_cert and not args.tls_key:
         return None
     if not args.tls_cert or not args.tls_key:
-        raise ConfigError(
-            "<command line>", "--tls-cert" if not args.tls_cert else "--tls-key", "both are needed"
-        )
+        missing = "--tls-cert" if not args.tls_cert else "--tls-key"
+        raise ConfigError("<command line>", missing, "--tls-cert and --tls-key go together")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
