@@ -55,8 +55,9 @@ from controlplane.bus.messages import (
 )
 from controlplane.scheduling.reward import RewardConfig
 from edge_agent import __version__
-from edge_agent.cgroups import NoCpuLimit, detect_cpu_limiter
+from edge_agent.cgroups import CpuLimiter, NoCpuLimit, detect_cpu_limiter
 from edge_agent.config import AgentConfig
+from edge_agent.confinement import Confinement
 from edge_agent.decisions import DecisionLog, LoggedDecision
 from edge_agent.executor import ProcessRunner, RunningPlacement
 from edge_agent.functions.pool import FunctionPool, Instance
@@ -115,6 +116,18 @@ class Agent:
         self.reward_config = RewardConfig.from_dict(config.reward)
         self.policy: Any = None  # LocalPolicy, loaded in run() (it logs its fallback warning once)
         self.decisions = DecisionLog(limit=config.decision_log_limit, epsilon=config.privacy_epsilon)
+        cpu_limiter: CpuLimiter = NoCpuLimit()
+        if config.cpu_limits:
+            cpu_limiter = detect_cpu_limiter(config.name, cgroup_root=config.cgroup_root)
+        # What user code runs confined by, worked out once; the hub learns it at registration.
+        self.confinement = Confinement.detect(
+            node=config.name,
+            work_dir=Path(config.work_dir),
+            run_as=config.run_as,
+            pids_max=config.pids_max,
+            cgroup_root=config.cgroup_root,
+            cpu_quota=cpu_limiter.name,
+        )
         self.runner = ProcessRunner(
             work_dir=Path(config.work_dir),
             on_change=self._on_state_change,
@@ -122,15 +135,15 @@ class Agent:
             restart_advisor=self._advise_restart,
             backoff=Backoff(config.restart_backoff_s, config.restart_backoff_max_s),
             state_file=Path(config.work_dir) / "placements.json",
-            cpu_limiter=detect_cpu_limiter(config.name, cgroup_root=config.cgroup_root)
-            if config.cpu_limits
-            else NoCpuLimit(),
+            cpu_limiter=cpu_limiter,
+            confinement=self.confinement,
         )
         self.functions = FunctionPool(
             work_dir=Path(config.work_dir),
             memory_budget=config.function_memory
             or (config.memory or self.system.read().memory_total_bytes) // 2,
             node=config.name,
+            confinement=self.confinement,
         )
         self.outbox: deque[StatusReportV1] = deque()
         self.counters: Counter[str] = Counter()
@@ -158,6 +171,7 @@ class Agent:
         # Work a previous run of this agent left (it died, and its processes with it) is resumed
         # before NATS is even tried: the node keeps serving whether or not a hub answers.
         resumed = await self.runner.resume()
+        self.confinement.prune(keep=set(self.runner.running_ids()))  # work dirs of work not resumed
         if resumed:
             log.info(
                 "resumed %d placement(s) after a restart: %s",
@@ -209,6 +223,7 @@ class Agent:
         await self.runner.stop_all()
         self.runner.cpu_limiter.close()
         await self.functions.close()
+        self.confinement.shutdown()
         if self._nc is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._nc.close(), timeout=2)
@@ -256,6 +271,7 @@ class Agent:
             node_type=self.config.node_type,
             telemetry=self._telemetry(),
             placements=[dataclasses.replace(s) for s in self.runner.states()],
+            isolation=dict(self.confinement.report),
         )
 
     async def _register_until_accepted(self) -> None:

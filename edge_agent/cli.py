@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--memory", help="memory offered, e.g. 4Gi (default: all)")
     run.add_argument("--power-supply-path", dest="power_supply_path", help="power_supply sysfs folder")
     run.add_argument("--work-dir", dest="work_dir")
+    run.add_argument(
+        "--run-as",
+        dest="run_as",
+        help="user that workloads and functions run as when the agent is root "
+        "(default edgeplane-run, created if missing; 'agent': as the agent's own user)",
+    )
     run.add_argument("--log-level", default="INFO")
     # The local policy's tools; the module keeps numpy/onnxruntime imports inside its functions.
     from edge_agent.policy import cli as policy_cli
@@ -73,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             "labels",
             "power_supply_path",
             "work_dir",
+            "run_as",
         )
     }
     try:

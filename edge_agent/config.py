@@ -23,6 +23,8 @@ File keys (all optional except where the CLI does not give them)::
     offline_scale_interval_s: 10  # without NATS: how often idle function instances are re-decided
     cpu_limits: true           # CPU quotas through cgroups (v1 if writable, v2 under cgroup_root)
     cgroup_root: ""            # a cgroup v2 directory delegated to the agent (Delegate=yes)
+    run_as: edgeplane-run      # user code runs as this user when the agent is root ("" or agent: as root)
+    pids_max: 512              # processes per workload or function instance (cgroup pids controller)
 
 Errors name the file, the key and the reason.
 """
@@ -43,6 +45,7 @@ __all__ = ["AgentConfig", "load_agent_config"]
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+_USER = re.compile(r"^([a-z_][a-z0-9_.-]{0,31}|[0-9]{1,10})$")  # a POSIX user name or a uid
 NODE_TYPES = ("edge", "cpu", "gpu", "dpu")
 
 
@@ -74,6 +77,10 @@ class AgentConfig:
     offline_scale_interval_s: float = 10.0
     cpu_limits: bool = True  # enforce CPU quotas through cgroups where possible (edge_agent/cgroups.py)
     cgroup_root: str = ""  # a cgroup v2 directory delegated to the agent ("": cgroup v1 if writable)
+    # User code runs as this user when the agent is root (edge_agent/confinement.py); "" or
+    # "agent": as the agent's own user, an explicit opt-out.
+    run_as: str = "edgeplane-run"
+    pids_max: int = 512  # processes per workload or function instance, where a pids cgroup exists
 
 
 _KEYS = {
@@ -100,6 +107,8 @@ _KEYS = {
     "offline_scale_interval_s",
     "cpu_limits",
     "cgroup_root",
+    "run_as",
+    "pids_max",
 }
 
 
@@ -224,6 +233,14 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
     if not isinstance(cgroup_root, str) or (cgroup_root and not Path(cgroup_root).is_absolute()):
         raise fail("cgroup_root", "must be an absolute path to a delegated cgroup v2 directory")
     cfg.cgroup_root = cgroup_root
+    run_as = data.get("run_as", cfg.run_as)
+    if not isinstance(run_as, str) or (run_as and not _USER.match(run_as)):
+        raise fail("run_as", f'must be a user name or uid, "" or "agent", got {run_as!r}')
+    cfg.run_as = run_as
+    pids_max = data.get("pids_max", cfg.pids_max)
+    if isinstance(pids_max, bool) or not isinstance(pids_max, int) or not 16 <= pids_max <= 4_194_304:
+        raise fail("pids_max", "must be an integer between 16 and 4194304")
+    cfg.pids_max = pids_max
     model = data.get("policy_model")
     if model is not None and not isinstance(model, str):
         raise fail("policy_model", "must be a path to an .onnx file")

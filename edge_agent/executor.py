@@ -1,11 +1,13 @@
 """Runs placed workloads as local processes and reports their state changes.
 
-Each placement is one subprocess in its own session (so a stop reaches its whole process group),
-with its output in ``<work_dir>/logs/<placement>.log``. Limits applied where the OS allows:
-memory through ``RLIMIT_AS``; CPU through a cgroup quota where the node allows one
-(:mod:`edge_agent.cgroups`: cgroup v1, or a delegated cgroup v2 directory; ``RunningPlacement.limits``
-says which applied); the process dies with the agent (``PR_SET_PDEATHSIG``) so a killed agent
-leaves no orphans.
+Each placement is one subprocess in its own session, confined (:mod:`edge_agent.confinement`): a
+clean environment, the unprivileged run user, a work dir of its own as current directory and
+``HOME``, and cgroups of its own, so a stop, a timeout or the end of the main process kills every
+process it started. Its output goes to ``<work_dir>/logs/<placement>.log``. Limits applied where
+the OS allows: memory through ``RLIMIT_AS``; CPU through a cgroup quota where the node allows one
+(:mod:`edge_agent.cgroups`: cgroup v1, or a delegated cgroup v2 directory); the number of
+processes through ``pids.max`` (``RunningPlacement.limits`` says which applied); the process dies
+with the agent (``PR_SET_PDEATHSIG``) and its leftovers are killed at the agent's next start.
 
 A process that exits may be restarted in place, per the workload's ``restart_policy``, with
 exponential back-off and the quotas the local policy picks (:mod:`edge_agent.restarts`); the
@@ -29,7 +31,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from typing import Any
 
 from controlplane.bus.messages import MessageError, PlacementState, RunSpec, parse
 from edge_agent.cgroups import CpuLimiter, NoCpuLimit
+from edge_agent.confinement import Confinement, Sandbox
 from edge_agent.restarts import Backoff, RestartChoice, as_requested, wants_restart
 
 __all__ = ["ProcessRunner", "RestartAdvisor", "RunningPlacement"]
@@ -64,55 +66,11 @@ class RunningPlacement:
     cpu: float = 0.0
     memory: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    sandbox: Sandbox | None = None  # its work dir and cgroups, kept across restarts
 
 
 # Asked when a restart is due (after the back-off): restart with which quotas, or not at all.
 RestartAdvisor = Callable[[RunningPlacement], RestartChoice]
-
-
-try:
-    import resource as _resource
-except ImportError:  # pragma: no cover - not on POSIX
-    _resource = None  # type: ignore[assignment]
-
-_libc: Any = None
-if sys.platform.startswith("linux"):
-    try:
-        import ctypes
-
-        _libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:  # pragma: no cover
-        _libc = None
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _limits_preexec(memory_bytes: int | None, cgroup_procs: str | None = None) -> Callable[[], None]:
-    """Runs in the child between fork and exec: no imports, no allocation-heavy work, no raising."""
-
-    def apply() -> None:
-        if cgroup_procs is not None:
-            # Join the placement's cgroup before exec ("0" moves the writing process itself).
-            try:
-                fd = os.open(cgroup_procs, os.O_WRONLY)
-                try:
-                    os.write(fd, b"0")
-                finally:
-                    os.close(fd)
-            except Exception:
-                pass
-        if _resource is not None and memory_bytes is not None:
-            try:
-                _resource.setrlimit(_resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-            except Exception:
-                pass
-        if _libc is not None:
-            try:
-                _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-            except Exception:
-                pass
-
-    return apply
 
 
 def _tail(path: Path, limit: int = 400) -> str:
@@ -147,6 +105,7 @@ class ProcessRunner:
         backoff: Backoff | None = None,
         state_file: Path | None = None,
         cpu_limiter: CpuLimiter | None = None,
+        confinement: Confinement | None = None,
     ) -> None:
         self.work_dir = work_dir
         self.logs = work_dir / "logs"
@@ -160,6 +119,7 @@ class ProcessRunner:
         self.tombstones: set[str] = set()  # stopped before they ran: a late run command is refused
         self.state_file = state_file
         self.cpu_limiter: CpuLimiter = cpu_limiter or NoCpuLimit()
+        self.confinement = confinement or Confinement.unconfined(work_dir)
 
     def running_ids(self) -> list[str]:
         return [pid for pid, p in self.placements.items() if p.state.state == "Running"]
@@ -203,7 +163,11 @@ class ProcessRunner:
         ]
         tmp = self.state_file.with_name(self.state_file.name + ".tmp")
         try:
-            tmp.write_text(json.dumps({"version": 1, "placements": items}), encoding="utf-8")
+            # 0600: the specs hold the workloads' env values.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.fchmod(fd, 0o600)  # a leftover .tmp keeps its old mode through O_CREAT
+            with open(fd, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps({"version": 1, "placements": items}))
             os.replace(tmp, self.state_file)
         except OSError as exc:  # a full disk must not stop the work; resuming is best effort
             log.warning("could not write %s: %s", self.state_file, exc)
@@ -288,16 +252,23 @@ class ProcessRunner:
     async def _spawn(self, entry: RunningPlacement) -> tuple[int, str] | None:
         """Start the placement's process with its current quotas; (exit code, message) if exec failed."""
         spec, state = entry.spec, entry.state
-        env = {
-            **os.environ,
-            **spec.env,
+        if entry.sandbox is None:
+            try:
+                entry.sandbox = self.confinement.open(state.placement_id)
+            except OSError as exc:
+                return 126, f"could not prepare the work dir and cgroups: {exc.strerror or exc}"
+        sandbox = entry.sandbox
+        edgeplane = {
             "EDGEPLANE_PLACEMENT_ID": state.placement_id,
             "EDGEPLANE_WORKLOAD_ID": state.workload_id,
             "EDGEPLANE_RESTARTS": str(state.restarts),
         }
         if spec.gpu_indices:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
+            edgeplane["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
+        env = self.confinement.env(sandbox, spec.env, edgeplane)
         entry.limits = ["memory:rlimit_as"]
+        if self.confinement.groups.pids_max is not None:
+            entry.limits.append(f"pids:{self.confinement.groups.pids_max}")
         procs: Path | None = None
         try:
             procs = self.cpu_limiter.prepare(state.placement_id, entry.cpu)
@@ -313,10 +284,12 @@ class ProcessRunner:
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=asyncio.subprocess.STDOUT,
-                    cwd=str(self.work_dir),
+                    cwd=str(sandbox.home),
                     env=env,
                     start_new_session=True,
-                    preexec_fn=_limits_preexec(entry.memory, str(procs) if procs else None),
+                    preexec_fn=self.confinement.preexec(
+                        sandbox, memory_bytes=entry.memory, extra_procs=[procs] if procs else []
+                    ),
                 )
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             entry.process = None
@@ -325,9 +298,16 @@ class ProcessRunner:
             return code, f"could not start {spec.command[0]!r}: {reason}"
         return None
 
+    def _release(self, entry: RunningPlacement) -> None:
+        """The placement ended: its cgroups, gid and work dir go (its processes are gone)."""
+        self.cpu_limiter.release(entry.state.placement_id)
+        if entry.sandbox is not None:
+            self.confinement.close(entry.sandbox)
+            entry.sandbox = None
+
     def _fail_without_process(self, entry: RunningPlacement, error: tuple[int, str]) -> None:
         """End a placement that has no process running: exec failed, or a resume was refused."""
-        self.cpu_limiter.release(entry.state.placement_id)
+        self._release(entry)
         now = time.time()
         state = entry.state
         state.state, (state.exit_code, state.message) = "Failed", error
@@ -336,16 +316,20 @@ class ProcessRunner:
         self.on_change(state)
         self._trim()
 
-    async def _wait_exit(self, process: asyncio.subprocess.Process, deadline: float | None) -> bool:
-        """Wait for ``process`` to exit; True when the placement's deadline passed first (it is killed)."""
+    async def _wait_exit(self, entry: RunningPlacement, deadline: float | None) -> bool:
+        """Wait for the process to exit, then kill what it left (the unit ends with its main
+        process); True when the placement's deadline passed first (then all is killed)."""
+        process = entry.process
+        assert process is not None and entry.sandbox is not None
         try:
             if deadline is not None:
                 await asyncio.wait_for(process.wait(), timeout=max(0.0, deadline - time.monotonic()))
             else:
                 await process.wait()
         except TimeoutError:
-            await self._kill(process)
+            await self._kill(entry)
             return True
+        await self.confinement.kill(entry.sandbox, process)
         return False
 
     async def _supervise(self, entry: RunningPlacement) -> None:
@@ -355,7 +339,7 @@ class ProcessRunner:
         while True:
             process = entry.process
             assert process is not None
-            timed_out = await self._wait_exit(process, deadline)
+            timed_out = await self._wait_exit(entry, deadline)
             code = process.returncode if process.returncode is not None else -signal.SIGKILL
             state.exit_code = 128 - code if code < 0 else code
             if self._ended_early(entry, timed_out):
@@ -390,7 +374,7 @@ class ProcessRunner:
                 state.state = "Failed"
                 break
             if entry.stop_requested:  # stopped while the new process was being started
-                await self._kill(entry.process)
+                await self._kill(entry)
                 continue
             state.exit_code = None
             state.message = f"restart {state.restarts} after {exited or 'exit code 0'}; {choice.reason}"
@@ -398,7 +382,7 @@ class ProcessRunner:
             self.on_change(state)
             self._persist()
         state.finished_at = time.time()
-        self.cpu_limiter.release(state.placement_id)
+        self._release(entry)
         self.on_change(state)
         self._trim()
         self._persist()
@@ -431,15 +415,10 @@ class ProcessRunner:
             log.exception("restart advisor failed for %s", entry.state.placement_id)
             return as_requested(entry.spec)
 
-    async def _kill(self, process: asyncio.subprocess.Process) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), timeout=self.stop_grace_s)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
+    async def _kill(self, entry: RunningPlacement) -> None:
+        """SIGTERM, then after the grace SIGKILL for every process of the placement."""
+        assert entry.process is not None and entry.sandbox is not None
+        await self.confinement.stop(entry.sandbox, entry.process, grace_s=self.stop_grace_s)
 
     async def stop(self, placement_id: str) -> bool:
         """Stop a placement (also while it waits to restart); False when this agent never had it."""
@@ -452,7 +431,7 @@ class ProcessRunner:
         entry.stop_requested = True
         entry.wake.set()
         if entry.process is not None and entry.process.returncode is None:
-            await self._kill(entry.process)
+            await self._kill(entry)
         await asyncio.shield(entry.task)
         return True
 

@@ -168,6 +168,7 @@ _SCHEMAS: dict[str, Any] = {
             "allocated": {"type": "object"},
             "power": {"type": "object"},
             "telemetry": {"type": "object"},
+            "isolation": {"type": "object", "additionalProperties": {"type": "string"}},
             "last_heartbeat_at": {"type": "string", "format": "date-time"},
         },
         "required": ["name", "cluster", "status"],

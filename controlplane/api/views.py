@@ -30,6 +30,7 @@ def node_json(row: NodeRow, *, region: str, allocated: dict[str, Any]) -> dict[s
         "power": {"source": row.power_source, "battery_percent": row.battery_percent},
         "weights": dict(zip(("w1", "w2", "w3", "w4"), telemetry.get("weights") or [], strict=False)),
         "telemetry": telemetry,
+        "isolation": row.isolation or {},
         "agent_version": row.agent_version,
         "heartbeat_interval_s": row.heartbeat_interval_s,
         "registered_at": iso(row.registered_at),

@@ -260,6 +260,9 @@ class RegisterV1:
     node_type: str = "edge"
     telemetry: Telemetry | None = None
     placements: list[PlacementState] = field(default_factory=list)
+    # What the agent enforces on user code (edge_agent/confinement.py), e.g. {"run_as": ...};
+    # empty from agents older than the field.
+    isolation: dict[str, str] = field(default_factory=dict)
     v: int = SCHEMA_VERSION
 
 

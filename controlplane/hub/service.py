@@ -293,6 +293,7 @@ class Hub:
             row.boot_id = msg.boot_id
             row.agent_version = msg.agent_version
             row.labels = dict(msg.labels)
+            row.isolation = dict(msg.isolation)
             row.resources = resources
             row.telemetry = telemetry
             row.power_source = power_source

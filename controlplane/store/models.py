@@ -12,8 +12,8 @@ from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String,
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
-    "Base",
     "ApiTokenRow",
+    "Base",
     "ClusterRow",
     "EventRow",
     "FunctionRow",

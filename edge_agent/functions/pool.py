@@ -6,6 +6,12 @@ time from spawn to its ``ready`` line is the measured cold start. Each instance 
 per function by the hub's policy) or earlier under memory pressure (least recently used first);
 an instance over its memory size (RSS) or past an invocation's timeout is killed. While NATS is
 down the agent's local policy may also stop idle instances (``Agent._offline_scale_pass``).
+
+Instances are confined like placements (:mod:`edge_agent.confinement`): a clean environment, the
+run user, cgroups of their own (stopping an instance kills all its processes) and a work dir of
+their own; the instances of one function version share a private group, which may read the
+version's source (written by the agent, read-only to them). Their stderr goes to the agent's
+``functions/<name>-v<version>/<instance>.log``, out of their reach.
 """
 
 from __future__ import annotations
@@ -15,7 +21,6 @@ import contextlib
 import json
 import logging
 import os
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -26,7 +31,7 @@ from typing import Any
 import psutil
 
 from controlplane.bus.messages import FunctionCode, FunctionInstance, InvokeResultV1, InvokeV1, PrewarmV1
-from edge_agent.executor import _limits_preexec
+from edge_agent.confinement import Confinement, Sandbox
 
 __all__ = ["FunctionPool", "Instance"]
 
@@ -48,6 +53,7 @@ class Instance:
     pending: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
     reader: asyncio.Task[None] | None = None
     stderr_path: Path | None = None
+    sandbox: Sandbox | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -67,9 +73,11 @@ class FunctionPool:
         memory_budget: int,
         node: str = "",
         on_change: Callable[[], None] | None = None,
+        confinement: Confinement | None = None,
     ) -> None:
         self.work_dir = work_dir / "functions"
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.confinement = confinement or Confinement.unconfined(work_dir)
         self.memory_budget = memory_budget
         self.node = node
         self.on_change = on_change or (lambda: None)
@@ -106,25 +114,26 @@ class FunctionPool:
 
     # --- starting and stopping instances ---------------------------------------------------
 
-    def _code_dir(self, code: FunctionCode) -> Path:
+    def _log_dir(self, code: FunctionCode) -> Path:
+        """The agent's own folder for a version's instance logs (user code cannot reach it)."""
         folder = self.work_dir / f"{code.name}-v{code.version}"
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
-    def _argv(self, code: FunctionCode) -> list[str]:
+    def _argv(self, code: FunctionCode, sandbox: Sandbox) -> list[str]:
         if code.runtime == "command":
             return list(code.command)
+        assert self.confinement.python is not None  # else unavailable() said so
         argv = [
-            sys.executable,
+            self.confinement.python.executable,
             "-m",
             "edge_agent.functions.worker",
             "--concurrency",
             str(code.max_concurrency),
         ]
         if code.source:
-            source = self._code_dir(code) / "handler.py"
-            if not source.exists() or source.read_text() != code.source:
-                source.write_text(code.source)
+            source = self.confinement.code_dir(f"{code.name}-v{code.version}", sandbox) / "handler.py"
+            self.confinement.write_code(source, code.source, sandbox)
             argv += ["--source", str(source), "--handler", code.handler]
         else:
             argv += ["--handler", code.handler]
@@ -132,27 +141,42 @@ class FunctionPool:
                 argv += ["--path", code.path]
         return argv
 
+    def unavailable(self, code: FunctionCode) -> str | None:
+        """Why instances of ``code`` cannot start on this node at all, or None."""
+        if code.runtime != "command" and self.confinement.python is None:
+            return (
+                f"python functions cannot run as {self.confinement.run_user.name} on this node: "
+                f"{self.confinement.python_blocked}"
+            )
+        return None
+
     async def _spawn(self, code: FunctionCode, keep_alive_s: float) -> Instance:
         instance_id = uuid.uuid4().hex[:12]
-        stderr_path = self._code_dir(code) / f"{instance_id}.log"
-        env = {
-            **os.environ,
-            **code.env,
-            "EDGEPLANE_FUNCTION": code.name,
-            "EDGEPLANE_VERSION": str(code.version),
-        }
-        with stderr_path.open("wb") as stderr:
-            process = await asyncio.create_subprocess_exec(
-                *self._argv(code),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-                cwd=str(self._code_dir(code)),
-                env=env,
-                start_new_session=True,
-                preexec_fn=_limits_preexec(None),
-                limit=16 * 2**20,
-            )
+        stderr_path = self._log_dir(code) / f"{instance_id}.log"
+        # One private group per version: its instances may share the version's read-only source.
+        sandbox = self.confinement.open(f"fn-{instance_id}", group_key=f"fn:{code.name}:v{code.version}")
+        edgeplane = {"EDGEPLANE_FUNCTION": code.name, "EDGEPLANE_VERSION": str(code.version)}
+        if code.runtime != "command":
+            worker = self.confinement.worker_env()
+            if "PYTHONPATH" in worker and code.env.get("PYTHONPATH"):
+                worker["PYTHONPATH"] += os.pathsep + code.env["PYTHONPATH"]
+            edgeplane.update(worker)
+        try:
+            with stderr_path.open("wb") as stderr:
+                process = await asyncio.create_subprocess_exec(
+                    *self._argv(code, sandbox),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=stderr,
+                    cwd=str(sandbox.home),
+                    env=self.confinement.env(sandbox, code.env, edgeplane),
+                    start_new_session=True,
+                    preexec_fn=self.confinement.preexec(sandbox, memory_bytes=None),
+                    limit=16 * 2**20,
+                )
+        except BaseException:
+            self.confinement.close(sandbox)
+            raise
         instance = Instance(
             instance_id=instance_id,
             code=code,
@@ -161,6 +185,7 @@ class FunctionPool:
             keep_alive_s=keep_alive_s,
             ready=asyncio.get_running_loop().create_future(),
             stderr_path=stderr_path,
+            sandbox=sandbox,
         )
         self.instances[instance_id] = instance
         instance.reader = asyncio.create_task(self._read(instance), name=f"fn-{instance_id}")
@@ -196,10 +221,16 @@ class FunctionPool:
                     future.set_result(message)
         finally:
             await self._forget(instance, "the instance exited")
+            sandbox, instance.sandbox = instance.sandbox, None
+            if sandbox is not None:  # a stop may still be killing: wait for the group to empty
+                await self.confinement.kill(sandbox, instance.process)
+                self.confinement.close(sandbox)
 
     async def _forget(self, instance: Instance, why: str) -> None:
-        if self.instances.pop(instance.instance_id, None) is None:
+        # Keyed on the state, not on the dict: an eviction forgets the instance before this runs.
+        if instance.state == "stopped":
             return
+        self.instances.pop(instance.instance_id, None)
         instance.state = "stopped"
         if not instance.ready.done():
             tail = _tail(instance.stderr_path)
@@ -213,10 +244,9 @@ class FunctionPool:
                     }
                 )
         instance.pending.clear()
-        with contextlib.suppress(ProcessLookupError):
-            if instance.process.returncode is None:
-                os.killpg(instance.process.pid, 9)
         self.on_change()
+        if instance.sandbox is not None:  # every process of the instance, not just the worker
+            await self.confinement.kill(instance.sandbox, instance.process)
         await self._notify()
 
     async def stop_instance(self, instance: Instance, why: str) -> None:
@@ -234,6 +264,10 @@ class FunctionPool:
         code = request.code
         begin = time.perf_counter()
         deadline = begin + code.timeout_s
+        why = self.unavailable(code)
+        if why is not None:
+            error = {"type": "Unavailable", "message": why, "code": "init_error"}
+            return self._result(request, begin, error=error)
         await self._drain_old_versions(code)
         cold = False
         instance: Instance | None = None
@@ -445,6 +479,9 @@ class FunctionPool:
     async def prewarm(self, request: PrewarmV1) -> int:
         """Start instances so that ``count`` exist (warm or starting); returns how many were started."""
         code = request.code
+        why = self.unavailable(code)
+        if why is not None:
+            raise RuntimeError(why)
         await self._drain_old_versions(code)
         have = [i for i in self.instances.values() if i.key == (code.name, code.version)]
         for instance in have:

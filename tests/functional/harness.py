@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -21,6 +23,7 @@ from controlplane.hub.service import HubSettings
 from controlplane.store.identities import IdentityStore
 from edge_agent.agent import Agent
 from edge_agent.config import AgentConfig
+from edge_agent.confinement import RunUser, blocked_at, worker_python
 from edge_agent.telemetry.gpu import StaticGpuReader
 from edge_agent.telemetry.power import SysfsPowerReader
 
@@ -153,6 +156,8 @@ _PASS_THROUGH = {
     "offline_scale_interval_s",
     "local_policy",
     "node_type",
+    "run_as",
+    "pids_max",
 }
 
 
@@ -198,9 +203,36 @@ async def running_agents(
 
 PY = sys.executable
 
+# Agents keep their secure default in tests: as root, user code runs as an unprivileged user,
+# which cannot reach what only root may (pytest's tmp_path; an interpreter under /root).
+_OTHERS = RunUser("nobody", 65534, 65534)  # what the run user may reach: what anyone may
+CONFINED = os.geteuid() == 0
+# A Python interpreter confined workloads can run: this one, else the system's (None: neither).
+CONFINED_PY: str | None = next(
+    (
+        py
+        for py in (sys.executable, shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin"))
+        if py and (not CONFINED or blocked_at(Path(py), uid=65534, gids={65534}, bits=5) is None)
+    ),
+    None,
+)
+# Function workers run sys.executable, or one of the same version where the run user cannot; with
+# neither, the agent refuses Python functions (tests/functional/test_confinement.py checks that),
+# so tests about other function behaviour opt out there, explicitly: these keys go to
+# running_agents, --run-as to spawn_agent.
+PYTHON_FUNCTIONS: dict[str, Any] = (
+    {"run_as": "agent"} if CONFINED and worker_python(_OTHERS)[0] is None else {}
+)
+
 
 def spawn_agent(
-    nats_url: str, name: str, tmp_path: Path, *, cpu: str = "1", memory: str = "2Gi"
+    nats_url: str,
+    name: str,
+    tmp_path: Path,
+    *,
+    cpu: str = "1",
+    memory: str = "2Gi",
+    run_as: str | None = None,
 ) -> subprocess.Popen[bytes]:
     """A real ``edge-agent run`` process (work dir ``tmp_path/name``, no power supply, quiet)."""
     return subprocess.Popen(
@@ -225,6 +257,7 @@ def spawn_agent(
             str(tmp_path / "no-power-supply"),
             "--log-level",
             "WARNING",
+            *(["--run-as", run_as] if run_as is not None else []),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

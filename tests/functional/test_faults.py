@@ -35,23 +35,29 @@ def alive(pid: int) -> bool:
     return True
 
 
-PIDFILE_CMD = ["sh", "-c", 'echo $$ > "$EDGEPLANE_PLACEMENT_ID.pid"; exec sleep 60']
+# Writes its pid into $PIDS (a directory the test can read: the agent runs it as another user).
+PIDFILE_CMD = ["sh", "-c", 'echo $$ > "$PIDS/$EDGEPLANE_PLACEMENT_ID.pid"; exec sleep 60']
 
 
 async def test_a_killed_agent_process_goes_not_ready_its_work_dies_with_it_and_is_placed_again(
-    nats_server, sqlite_url, tmp_path
+    nats_server, sqlite_url, tmp_path, shared_dir
 ):
     agents = [spawn_agent(nats_server.url, name, tmp_path) for name in ("a1", "a2")]
     try:
         async with running_hub(nats_server.url, sqlite_url) as (_, api):
             await wait_for(api.nodes, lambda n: len(n) == 2 and all(x["status"] == "Ready" for x in n))
             workload_id = await api.post_workload(
-                {"name": "long", "command": PIDFILE_CMD, "resources": {"cpu": 1}}
+                {
+                    "name": "long",
+                    "command": PIDFILE_CMD,
+                    "env": {"PIDS": str(shared_dir)},
+                    "resources": {"cpu": 1},
+                }
             )
             first = await api.wait_status(workload_id, "Running")
             victim_name = first["node"]
             placement_id = first["placements"][0]["id"]
-            pidfile = tmp_path / victim_name / f"{placement_id}.pid"
+            pidfile = shared_dir / f"{placement_id}.pid"
             pid = int((await wait_for(lambda: _read(pidfile), bool)).strip())
             victim = agents[0] if victim_name == "a1" else agents[1]
             victim.kill()
@@ -78,18 +84,23 @@ async def test_a_killed_agent_process_goes_not_ready_its_work_dies_with_it_and_i
 
 
 async def test_a_frozen_agent_that_comes_back_has_its_replaced_work_stopped(
-    nats_server, sqlite_url, tmp_path
+    nats_server, sqlite_url, tmp_path, shared_dir
 ):
     agents = [spawn_agent(nats_server.url, name, tmp_path) for name in ("f1", "f2")]
     try:
         async with running_hub(nats_server.url, sqlite_url) as (_, api):
             await wait_for(api.nodes, lambda n: len(n) == 2 and all(x["status"] == "Ready" for x in n))
             workload_id = await api.post_workload(
-                {"name": "long", "command": PIDFILE_CMD, "resources": {"cpu": 1}}
+                {
+                    "name": "long",
+                    "command": PIDFILE_CMD,
+                    "env": {"PIDS": str(shared_dir)},
+                    "resources": {"cpu": 1},
+                }
             )
             first = await api.wait_status(workload_id, "Running")
             frozen_name = first["node"]
-            pidfile = tmp_path / frozen_name / f"{first['placements'][0]['id']}.pid"
+            pidfile = shared_dir / f"{first['placements'][0]['id']}.pid"
             pid = int((await wait_for(lambda: _read(pidfile), bool)).strip())
             frozen = agents[0] if frozen_name == "f1" else agents[1]
             frozen.send_signal(signal.SIGSTOP)

@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from harness import running_agents, running_hub, wait_for, write_power_supply
+from harness import PYTHON_FUNCTIONS, running_agents, running_hub, wait_for, write_power_supply
 
 from controlplane.serverless.keepalive import Policy, Window
 
@@ -34,7 +34,7 @@ async def test_the_first_call_is_cold_the_second_warm_and_the_result_is_the_hand
 ):
     async with (
         running_hub(nats_server.url, sqlite_url) as (_, api),
-        running_agents(nats_server.url, tmp_path, ["f1"]),
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS),
     ):
         await _register(api, {**ECHO, "memory": "128Mi"})
         status, body, headers = await _invoke(api, "echo", {"hello": [1, 2]})
@@ -63,7 +63,7 @@ async def test_handler_errors_come_back_structured_and_timeouts_kill_the_instanc
 ):
     async with (
         running_hub(nats_server.url, sqlite_url) as (_, api),
-        running_agents(nats_server.url, tmp_path, ["f1"]) as agents,
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS) as agents,
     ):
         await _register(
             api,
@@ -121,7 +121,7 @@ async def test_an_instance_serves_at_most_its_max_concurrency(nats_server, sqlit
     )
     async with (
         running_hub(nats_server.url, sqlite_url) as (_, api),
-        running_agents(nats_server.url, tmp_path, ["f1"]),
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS),
     ):
         await _register(api, {"name": "limited", "source": source, "handler": "handle", "max_concurrency": 2})
         results = await asyncio.gather(*(_invoke(api, "limited", i) for i in range(6)))
@@ -135,7 +135,7 @@ async def test_an_instance_serves_at_most_its_max_concurrency(nats_server, sqlit
 async def test_a_new_version_rolls_out_and_versions_are_immutable(nats_server, sqlite_url, tmp_path):
     async with (
         running_hub(nats_server.url, sqlite_url) as (_, api),
-        running_agents(nats_server.url, tmp_path, ["f1"]) as agents,
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS) as agents,
     ):
         v1 = {"name": "greet", "source": "def handle(e, c):\n    return 'v1'\n", "handler": "handle"}
         first = await _register(api, v1)
@@ -163,7 +163,7 @@ async def test_without_keep_alive_idle_instances_are_evicted_and_the_next_call_i
 ):
     async with (
         running_hub(nats_server.url, sqlite_url, function_policy="no-keepalive") as (_, api),
-        running_agents(nats_server.url, tmp_path, ["f1"]) as agents,
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS) as agents,
     ):
         await _register(api, ECHO)
         assert (await _invoke(api, "echo", 1))[2]["X-Edgeplane-Cold-Start"] == "true"
@@ -196,7 +196,7 @@ async def test_the_policy_prewarms_an_instance_before_the_predicted_arrival(
 ):
     async with (
         running_hub(nats_server.url, sqlite_url) as (running, api),
-        running_agents(nats_server.url, tmp_path, ["f1"]) as agents,
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS) as agents,
     ):
         running.hub.functions.policy = Policy(name="prewarm-soon", keepalive=_PrewarmSoon())
         await _register(api, ECHO)
@@ -213,7 +213,7 @@ async def test_the_policy_prewarms_an_instance_before_the_predicted_arrival(
 async def test_an_explicit_prewarm_makes_the_first_call_warm(nats_server, sqlite_url, tmp_path):
     async with (
         running_hub(nats_server.url, sqlite_url) as (running, api),
-        running_agents(nats_server.url, tmp_path, ["f1"]) as agents,
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS) as agents,
     ):
         await _register(api, ECHO)
         ack = await running.hub.functions.prewarm("echo")
@@ -228,7 +228,7 @@ async def test_an_explicit_prewarm_makes_the_first_call_warm(nats_server, sqlite
 async def test_battery_nodes_get_cold_starts_last_and_shorter_keep_alives(nats_server, sqlite_url, tmp_path):
     async with (
         running_hub(nats_server.url, sqlite_url, function_policy="fixed-10m") as (_, api),
-        running_agents(nats_server.url, tmp_path, ["mains", "battery"]) as agents,
+        running_agents(nats_server.url, tmp_path, ["mains", "battery"], **PYTHON_FUNCTIONS) as agents,
     ):
         write_power_supply(agents[1].power_dir, on_battery=True, percent=40)
         await wait_for(lambda: api.get("/v1/nodes/battery"), lambda n: n["power"]["source"] == "battery")
@@ -255,7 +255,7 @@ async def test_battery_nodes_get_cold_starts_last_and_shorter_keep_alives(nats_s
 async def test_async_invocations_are_polled_to_their_result(nats_server, sqlite_url, tmp_path):
     async with (
         running_hub(nats_server.url, sqlite_url) as (_, api),
-        running_agents(nats_server.url, tmp_path, ["f1"]),
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS),
     ):
         await _register(api, ECHO)
         status, body, _ = await _invoke(api, "echo", {"later": 1}, **{"async": 1})
@@ -288,6 +288,7 @@ async def test_an_agent_dying_mid_invocation_fails_it_clearly_instead_of_hanging
             str(tmp_path / "doomed"),
             "--log-level",
             "WARNING",
+            *(["--run-as", PYTHON_FUNCTIONS["run_as"]] if PYTHON_FUNCTIONS else []),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

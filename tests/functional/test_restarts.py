@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from harness import running_agents, running_hub, wait_for, write_power_supply
+from harness import PYTHON_FUNCTIONS, running_agents, running_hub, wait_for, write_power_supply
 
 from controlplane.natsd import NatsServer, free_port
 
@@ -55,9 +55,9 @@ def _decisions(agent, purpose: str) -> list:
 
 
 async def test_on_failure_the_agent_restarts_until_success_and_the_api_shows_the_count(
-    nats_server, sqlite_url, tmp_path
+    nats_server, sqlite_url, tmp_path, shared_dir
 ):
-    count = tmp_path / "runs"
+    count = shared_dir / "runs"
     async with (
         running_hub(nats_server.url, sqlite_url) as (_, api),
         running_agents(nats_server.url, tmp_path, ["r1"], **FAST) as agents,
@@ -84,9 +84,9 @@ async def test_on_failure_the_agent_restarts_until_success_and_the_api_shows_the
 
 
 async def test_with_the_hub_down_the_agent_restarts_locally_and_the_hub_learns_the_count_later(
-    nats_server, sqlite_url, tmp_path
+    nats_server, sqlite_url, tmp_path, shared_dir
 ):
-    count, go = tmp_path / "runs", tmp_path / "go"
+    count, go = shared_dir / "runs", shared_dir / "go"
     async with running_agents(nats_server.url, tmp_path, ["o1"], wait_registered=False, **FAST) as agents:
         agent = agents[0].agent
         async with running_hub(nats_server.url, sqlite_url) as (_, api):
@@ -121,9 +121,9 @@ async def test_with_the_hub_down_the_agent_restarts_locally_and_the_hub_learns_t
 
 
 async def test_on_a_low_battery_the_local_policy_declines_the_restart_and_the_workload_fails(
-    nats_server, sqlite_url, tmp_path
+    nats_server, sqlite_url, tmp_path, shared_dir
 ):
-    count, go = tmp_path / "runs", tmp_path / "go"
+    count, go = shared_dir / "runs", shared_dir / "go"
     async with (
         running_hub(nats_server.url, sqlite_url) as (_, api),
         running_agents(nats_server.url, tmp_path, ["b1"], **FAST) as agents,
@@ -162,7 +162,9 @@ async def test_without_nats_idle_function_instances_stay_warm_on_mains_and_go_on
     try:
         async with (
             running_hub(server.url, sqlite_url, lease_missed_heartbeats=40) as (_, api),
-            running_agents(server.url, tmp_path, ["fn1"], offline_scale_interval_s=0.1) as agents,
+            running_agents(
+                server.url, tmp_path, ["fn1"], offline_scale_interval_s=0.1, **PYTHON_FUNCTIONS
+            ) as agents,
         ):
             agent = agents[0].agent
             await _register(api, {**ECHO, "memory": "128Mi"})

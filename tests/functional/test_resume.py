@@ -8,7 +8,8 @@ from pathlib import Path
 
 from harness import running_hub, spawn_agent, wait_for
 
-COUNTING = ["sh", "-c", 'echo run >> "$EDGEPLANE_PLACEMENT_ID.runs"; exec sleep 60']
+# Counts its runs in $RUNS (a directory the test can read: the agent runs it as another user).
+COUNTING = ["sh", "-c", 'echo run >> "$RUNS/$EDGEPLANE_PLACEMENT_ID.runs"; exec sleep 60']
 
 
 def _runs(path: Path) -> int:
@@ -20,18 +21,23 @@ async def _counted(path: Path, n: int) -> bool:
 
 
 async def test_a_restarted_agent_resumes_its_work_without_a_hub_and_the_hub_keeps_it(
-    nats_server, sqlite_url, tmp_path
+    nats_server, sqlite_url, tmp_path, shared_dir
 ):
     agent = spawn_agent(nats_server.url, "r1", tmp_path, cpu="2")
     try:
         async with running_hub(nats_server.url, sqlite_url) as (_, api):
             await wait_for(api.nodes, lambda n: len(n) == 1 and n[0]["status"] == "Ready")
             workload_id = await api.post_workload(
-                {"name": "keep-going", "command": COUNTING, "restart_policy": "on-failure"}
+                {
+                    "name": "keep-going",
+                    "command": COUNTING,
+                    "env": {"RUNS": str(shared_dir)},
+                    "restart_policy": "on-failure",
+                }
             )
             running = await api.wait_status(workload_id, "Running")
             placement_id = running["placements"][0]["id"]
-        runs = tmp_path / "r1" / f"{placement_id}.runs"
+        runs = shared_dir / f"{placement_id}.runs"
         await wait_for(lambda: _counted(runs, 1), bool)
         # The hub is gone. Now the agent dies too (its process dies with it) and comes back.
         agent.kill()

@@ -132,12 +132,13 @@ def test_the_shipped_model_restarts_a_small_batch_job_on_mains_and_declines_it_o
 # --- the runner, with real processes -----------------------------------------------------------
 
 
-# Counts its runs in ./runs (the runner's work dir); fails until run N, then exits 0.
-def _counting(fail_until: int) -> list[str]:
+# Counts its runs in ``runs`` (not in its own work dir: that goes when the placement ends); fails
+# until run N, then exits 0.
+def _counting(fail_until: int, runs: Path) -> list[str]:
     return [
         "sh",
         "-c",
-        f"n=$(( $(cat runs 2>/dev/null || echo 0) + 1 )); echo $n > runs; [ $n -gt {fail_until} ]",
+        f"n=$(( $(cat {runs} 2>/dev/null || echo 0) + 1 )); echo $n > {runs}; [ $n -gt {fail_until} ]",
     ]
 
 
@@ -166,7 +167,8 @@ def _runner(tmp_path: Path, recorder: Recorder, **kwargs) -> ProcessRunner:
 async def test_on_failure_restarts_until_the_process_succeeds(tmp_path):
     recorder = Recorder()
     entry = await _run(
-        _runner(tmp_path, recorder), RunSpec(command=_counting(2), restart_policy="on-failure")
+        _runner(tmp_path, recorder),
+        RunSpec(command=_counting(2, tmp_path / "runs"), restart_policy="on-failure"),
     )
     assert (entry.state.state, entry.state.restarts, entry.state.exit_code) == ("Succeeded", 2, 0)
     assert (tmp_path / "runs").read_text().strip() == "3"
@@ -181,13 +183,13 @@ async def test_on_failure_restarts_until_the_process_succeeds(tmp_path):
 
 async def test_without_a_restart_policy_the_first_failure_is_final(tmp_path):
     recorder = Recorder()
-    entry = await _run(_runner(tmp_path, recorder), RunSpec(command=_counting(2)))
+    entry = await _run(_runner(tmp_path, recorder), RunSpec(command=_counting(2, tmp_path / "runs")))
     assert (entry.state.state, entry.state.restarts, entry.state.exit_code) == ("Failed", 0, 1)
 
 
 async def test_max_restarts_bounds_the_restarts_and_always_restarts_after_success(tmp_path):
     recorder = Recorder()
-    spec = RunSpec(command=_counting(10), restart_policy="on-failure", max_restarts=2)
+    spec = RunSpec(command=_counting(10, tmp_path / "runs"), restart_policy="on-failure", max_restarts=2)
     entry = await _run(_runner(tmp_path, recorder), spec)
     assert (entry.state.state, entry.state.restarts) == ("Failed", 2)
     assert "max_restarts (2) reached" in entry.state.message
@@ -223,7 +225,7 @@ async def test_a_broken_advisor_restarts_as_requested(tmp_path):
         raise RuntimeError("bug")
 
     runner = _runner(tmp_path, Recorder(), restart_advisor=broken)
-    entry = await _run(runner, RunSpec(command=_counting(1), restart_policy="on-failure"))
+    entry = await _run(runner, RunSpec(command=_counting(1, tmp_path / "runs"), restart_policy="on-failure"))
     assert (entry.state.state, entry.state.restarts) == ("Succeeded", 1)
     assert as_requested(entry.spec).memory == entry.memory
 

@@ -40,7 +40,9 @@ def _runner(work: Path, recorder: Recorder, **kwargs) -> ProcessRunner:
 
 
 def _runs(work: Path, placement_id: str) -> int:
-    path = work / f"{placement_id}.runs"
+    # In the placement's own work dir (a bare runner keeps them in <work>/sandboxes), which a
+    # resumed placement finds again.
+    path = work / "sandboxes" / placement_id / f"{placement_id}.runs"
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
