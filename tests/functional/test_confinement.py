@@ -146,7 +146,8 @@ async def test_delete_kills_every_process_of_the_workload_a_setsid_grandchild_to
         running_agents(nats_server.url, tmp_path, ["n1"]) as agents,
     ):
         _skip_unless(agents[0].agent.confinement.report, "kill_tree", "cgroup")
-        escape = 'setsid sleep 1000 & echo $! > "$OUT/escaped.pid"; sleep 1000'
+        # The escaped child writes its own pid once it is in a new session (setsid may fork).
+        escape = "setsid sh -c 'echo $$ > \"$OUT/escaped.pid\"; exec sleep 1000' & sleep 1000"
         workload_id = await api.post_workload(
             {"name": "escape", "command": ["sh", "-c", escape], "env": {"OUT": str(shared_dir)}}
         )
