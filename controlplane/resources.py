@@ -31,7 +31,7 @@ _MEMORY_SUFFIX = {
     "Gi": 2**30,
     "Ti": 2**40,
 }
-_MEMORY_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kKMGT]i?)?\s*$")
+_MEMORY_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|[kKMGT])?\s*$")
 
 # NVIDIA A100-40GB MIG profiles: name -> (compute slices, memory GB).
 MIG_PROFILES: dict[str, tuple[int, int]] = {
@@ -66,17 +66,20 @@ def parse_memory(value: object, *, field_name: str = "memory") -> int:
     """Parse a memory quantity into bytes (int bytes, or "64Mi", "1G", ...)."""
     if isinstance(value, bool):
         raise ValidationError("must be bytes or a string like '64Mi'", field=field_name)
-    if isinstance(value, int):
-        amount = value
-    elif isinstance(value, float):
-        amount = int(value)
-    elif isinstance(value, str):
-        match = _MEMORY_RE.match(value)
-        if not match:
-            raise ValidationError(f"cannot parse memory quantity {value!r}", field=field_name)
-        amount = int(float(match.group(1)) * _MEMORY_SUFFIX[match.group(2) or ""])
-    else:
-        raise ValidationError("must be bytes or a string like '64Mi'", field=field_name)
+    try:
+        if isinstance(value, int):
+            amount = value
+        elif isinstance(value, float):
+            amount = int(value)
+        elif isinstance(value, str):
+            match = _MEMORY_RE.match(value)
+            if not match:
+                raise ValidationError(f"cannot parse memory quantity {value!r}", field=field_name)
+            amount = int(float(match.group(1)) * _MEMORY_SUFFIX[match.group(2) or ""])
+        else:
+            raise ValidationError("must be bytes or a string like '64Mi'", field=field_name)
+    except (OverflowError, ValueError):  # NaN, or digits beyond a float ("9" * 400): not a quantity
+        raise ValidationError("must be a positive amount of memory", field=field_name) from None
     if amount <= 0 or amount > 2**60:
         raise ValidationError("must be a positive amount of memory", field=field_name)
     return amount

@@ -211,6 +211,9 @@ class Agent:
                     name=f"edge-agent-{self.config.name}",
                     connect_within_s=5.0,
                     on_reconnected=self._on_reconnected,
+                    seed=self.config.nats_seed or None,
+                    inbox_prefix=self.config.inbox_prefix or None,
+                    tls=self.config.nats_tls.context() if self.config.nats_tls else None,
                 )
         raise AssertionError("unreachable")  # pragma: no cover
 

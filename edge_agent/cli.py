@@ -1,12 +1,22 @@
-"""``edge-agent`` command line: ``edge-agent run --nats URL --cluster C --name N [--config FILE]``."""
+"""``edge-agent`` command line: ``edge-agent run --nats URL --cluster C --name N [--config FILE]``.
+
+NATS identity, first match wins: ``--credentials FILE``; ``<work_dir>/credentials.json`` (from an
+earlier enrolment); ``--join TOKEN --hub URL`` (enrol now, then keep the credentials there);
+none: connect anonymously (a server that takes anyone). Flags override what the credentials
+say about the NATS URL and subject prefix; the node and cluster names are bound to them.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import signal
+import ssl
 import sys
+from pathlib import Path
+from typing import Any
 
 from controlplane.errors import ConfigError, ValidationError
 from controlplane.resources import parse_cpu, parse_memory
@@ -47,6 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="user that workloads and functions run as when the agent is root "
         "(default edgeplane-run, created if missing; 'agent': as the agent's own user)",
     )
+    run.add_argument(
+        "--join",
+        default=os.environ.get("EDGEPLANE_JOIN_TOKEN"),
+        help="enrol with this single-use join token (env EDGEPLANE_JOIN_TOKEN); needs --hub",
+    )
+    run.add_argument("--hub", help="the hub's API URL, for --join (e.g. https://hub:8080)")
+    run.add_argument("--hub-ca", dest="hub_ca", help="CA file to verify the hub's HTTPS certificate")
+    run.add_argument("--credentials", help="a credentials file from `controlplane agent-credentials create`")
+    run.add_argument("--nats-ca", dest="nats_ca", help="CA file to verify a tls:// NATS server")
+    run.add_argument("--nats-cert", dest="nats_cert", help="client certificate (PEM) for NATS")
+    run.add_argument("--nats-key", dest="nats_key", help="the private key (PEM) of --nats-cert")
     run.add_argument("--log-level", default="INFO")
     # The local policy's tools; the module keeps numpy/onnxruntime imports inside its functions.
     from edge_agent.policy import cli as policy_cli
@@ -65,8 +86,6 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from edge_agent.config import load_agent_config
-
     overrides = {
         key: getattr(args, key)
         for key in (
@@ -90,11 +109,84 @@ def main(argv: list[str] | None = None) -> int:
             capacity["memory"] = parse_memory(args.memory, field_name="--memory")
         if capacity:
             overrides["capacity"] = capacity
-        config = load_agent_config(args.config, overrides)
+        config = _configure(args, overrides)
     except (ConfigError, ValidationError) as exc:
         print(f"edge-agent: configuration error: {exc}", file=sys.stderr)
         return 2
+    except _JoinFailed as exc:
+        print(f"edge-agent: join failed: {exc}", file=sys.stderr)
+        return 1
     return asyncio.run(_run(config))
+
+
+class _JoinFailed(Exception):
+    pass
+
+
+def _configure(args: argparse.Namespace, overrides: dict[str, Any]) -> object:
+    """The agent's settings with its NATS identity (see the module docstring for the order)."""
+    from controlplane.bus.credentials import NatsTls
+    from edge_agent.config import load_agent_config
+    from edge_agent.enrol import CREDENTIALS_FILE, AgentCredentials, JoinError, join, load_credentials
+
+    credentials: AgentCredentials | None = None
+    if args.credentials:
+        credentials = load_credentials(Path(args.credentials))
+    config = load_agent_config(args.config, _with_credentials(overrides, credentials, args.credentials))
+    stored = Path(config.work_dir) / CREDENTIALS_FILE
+    if credentials is None and stored.exists():
+        credentials = load_credentials(stored)
+        if args.join:
+            logging.getLogger("edgeplane.agent").info(
+                "already enrolled as %s/%s (%s): --join ignored",
+                credentials.cluster,
+                credentials.node,
+                stored,
+            )
+    elif credentials is None and args.join:
+        if not args.hub:
+            raise ConfigError("<command line>", "--hub", "--join needs the hub's API URL")
+        try:
+            hub_ssl = ssl.create_default_context(cafile=args.hub_ca) if args.hub_ca else None
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(args.hub_ca, "--hub-ca", f"cannot load: {exc}") from None
+        cluster = args.cluster  # asked for only when given: the token knows its cluster
+        try:
+            credentials = asyncio.run(
+                join(args.hub, args.join, node=config.name, cluster=cluster, ssl_context=hub_ssl)
+            )
+        except JoinError as exc:
+            raise _JoinFailed(str(exc)) from None
+        credentials.save(stored)
+    if credentials is not None:
+        config = load_agent_config(args.config, _with_credentials(overrides, credentials, str(stored)))
+        config.nats_seed = credentials.seed
+        config.inbox_prefix = credentials.inbox_prefix
+    config.nats_tls = NatsTls.from_options(args.nats_ca, args.nats_cert, args.nats_key)
+    return config
+
+
+def _with_credentials(overrides: dict[str, Any], credentials: Any, source: str | None) -> dict[str, Any]:
+    """Flags, with the credentials' values where no flag was given; a conflicting name or
+    cluster is a ConfigError (a node's identity is bound to both)."""
+    if credentials is None:
+        return overrides
+    merged = dict(overrides)
+    for key, value in (
+        ("name", credentials.node),
+        ("cluster", credentials.cluster),
+        ("nats_url", credentials.nats_url),
+        ("subject_prefix", credentials.subject_prefix),
+    ):
+        given = merged.get(key)
+        if given is None:
+            if value:
+                merged[key] = value
+        elif key in ("name", "cluster") and given != value:
+            raise ConfigError(
+                source or "<credentials>", key, f"these credentials are for {value!r}, not {given!r}"
+            )
+    return merged
 
 
 async def _run(config: object) -> int:

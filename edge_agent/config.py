@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from controlplane.bus.credentials import NatsTls
 from controlplane.errors import ConfigError, ValidationError
 from controlplane.resources import parse_cpu, parse_memory
 
@@ -81,6 +82,10 @@ class AgentConfig:
     # "agent": as the agent's own user, an explicit opt-out.
     run_as: str = "edgeplane-run"
     pids_max: int = 512  # processes per workload or function instance, where a pids cgroup exists
+    # The node's NATS identity (edge_agent/enrol.py), set from its credentials, never from the file.
+    nats_seed: str = field(default="", repr=False)
+    inbox_prefix: str = ""
+    nats_tls: NatsTls | None = None
 
 
 _KEYS = {
@@ -159,7 +164,7 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
         raise fail("subject_prefix", f"must be dot-separated tokens, got {prefix!r}")
     cfg.subject_prefix = prefix
     for key, low, high in (
-        ("heartbeat_interval_s", 0.05, 3600),
+        ("heartbeat_interval_s", 0.05, 60),  # what the hub accepts (controlplane/hub/registration.py)
         ("stop_grace_s", 0, 3600),
         ("restart_backoff_s", 0, 3600),
         ("restart_backoff_max_s", 0, 3600),

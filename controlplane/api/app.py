@@ -6,6 +6,7 @@ import json
 
 from aiohttp import web
 
+from controlplane.api import enrol
 from controlplane.api.auth import (
     AUTH_SETTINGS,
     IDENTITIES,
@@ -23,6 +24,7 @@ from controlplane.api.openapi import openapi_document
 from controlplane.api.redact import redact
 from controlplane.api.request import MAX_BODY, choice_query, int_query, json_body, page
 from controlplane.api.views import cluster_json, event_json, node_json, workload_json
+from controlplane.bus.authority import NatsAuthority
 from controlplane.errors import NotFoundError, ValidationError
 from controlplane.hub.service import Hub
 from controlplane.hub.spec import WorkloadSpec
@@ -50,6 +52,7 @@ async def healthz(request: web.Request) -> web.Response:
         "nats": nats_ok,
         "hub_id": hub.settings.hub_id,
         "malformed_messages": dict(hub.bus.malformed),
+        "rejected_messages": dict(hub.bus.rejected),
     }
     return web.json_response(body, status=200 if ok else 503)
 
@@ -221,7 +224,9 @@ async def list_events(request: web.Request) -> web.Response:
     )
 
 
-def create_app(hub: Hub, *, auth: AuthSettings | None = None) -> web.Application:
+def create_app(
+    hub: Hub, *, auth: AuthSettings | None = None, nats_authority: NatsAuthority | None = None
+) -> web.Application:
     """The API application for a started (or starting) hub; every route but /healthz needs a token."""
     auth = auth or AuthSettings()
     app = web.Application(
@@ -233,4 +238,5 @@ def create_app(hub: Hub, *, auth: AuthSettings | None = None) -> web.Application
     app[RATE_LIMITER] = RateLimiter(rate_per_s=auth.rate_per_s, burst=auth.burst)
     app.add_routes(routes)
     app.add_routes(function_routes)
+    enrol.setup(app, nats_authority)
     return app

@@ -149,9 +149,20 @@ def _check_body_type(request: web.Request) -> None:
         )
 
 
+def _take(request: web.Request, key: str, who: str) -> None:
+    wait_s = request.app[RATE_LIMITER].take(key)
+    if wait_s > 0:
+        raise RateLimitedError(
+            f"rate limit of {who} exceeded; retry later", retry_after_s=max(1, math.ceil(wait_s))
+        )
+
+
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     if _is_public(request):
+        if request.path == "/v1/join":
+            # Its credential is in the body: bound the attempts per address like a token's calls.
+            _take(request, f"join:{request.remote}", "join attempts from this address")
         _check_body_type(request)
         return await handler(request)
     token = _bearer(request)
@@ -159,12 +170,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if principal is None:
         raise UnauthorizedError("token unknown, expired or revoked")
     request[PRINCIPAL] = principal
-    wait_s = request.app[RATE_LIMITER].take(principal.token_id)
-    if wait_s > 0:
-        raise RateLimitedError(
-            f"rate limit of token {principal.name!r} exceeded; retry later",
-            retry_after_s=max(1, math.ceil(wait_s)),
-        )
+    _take(request, principal.token_id, f"token {principal.name!r}")
     scope = required_scope(request.method, request.path)
     if not principal.allows(scope):
         raise ForbiddenError(

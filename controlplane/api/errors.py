@@ -32,7 +32,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status, "http_error")
-        return json_error(exc.status, code, exc.reason)
+        response = json_error(exc.status, code, exc.reason, "<body>" if exc.status == 413 else None)
+        if isinstance(exc, web.HTTPMethodNotAllowed):
+            # RFC 9110: a 405 must say which methods the resource does support.
+            response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        return response
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return json_error(500, "internal", "internal error; see the hub's log")

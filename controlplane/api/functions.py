@@ -19,9 +19,10 @@ __all__ = ["routes"]
 
 routes = web.RouteTableDef()
 
-# HTTP status of an invocation that failed, by error code: user code and instances -> 502,
-# nothing could run it -> 503, out of time -> 504.
-_ERROR_STATUS = {"no_capacity": 503, "capacity": 503, "unavailable": 503, "timeout": 504}
+# HTTP status of an invocation that failed, by error code: user code, its result (bad_result:
+# not strict JSON) and instances -> 502, nothing could run it -> 503, out of time -> 504, an event
+# too large for one NATS message -> 413.
+_ERROR_STATUS = {"no_capacity": 503, "capacity": 503, "unavailable": 503, "timeout": 504, "too_large": 413}
 
 
 def _version_query(request: web.Request) -> int | None:
@@ -44,7 +45,7 @@ async def register_function(request: web.Request) -> web.Response:
 @routes.get("/v1/functions")
 async def list_functions(request: web.Request) -> web.Response:
     functions = request.app[HUB].functions
-    items = [functions.function_json(name) for name in sorted(functions.specs)]
+    items = [functions.function_json(name) for name in sorted(functions.specs) if functions.specs[name]]
     return web.json_response({"items": items, "total": len(items)})
 
 
@@ -57,13 +58,6 @@ async def get_function(request: web.Request) -> web.Response:
 async def delete_function(request: web.Request) -> web.Response:
     await request.app[HUB].functions.delete(request.match_info["name"])
     return web.json_response({"name": request.match_info["name"], "deleted": True})
-
-
-async def _event(request: web.Request) -> Any:
-    raw = await request.read()
-    if not raw.strip():
-        return None
-    return await json_body(request)
 
 
 def _headers(outcome: InvocationOutcome) -> dict[str, str]:
@@ -86,7 +80,7 @@ async def invoke_function(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     version = _version_query(request)
     functions.resolve(name, version)
-    event = await _event(request)
+    event = await json_body(request, optional=True)
     if request.query.get("async") in ("1", "true"):
         invocation_id = await functions.invoke_async(name, event, version=version)
         return web.json_response(
@@ -97,10 +91,13 @@ async def invoke_function(request: web.Request) -> web.Response:
     headers = _headers(outcome)
     if outcome.ok:
         try:
-            body = json.dumps(outcome.result)
-        except (TypeError, ValueError):
-            body = json.dumps(str(outcome.result))
-        return web.Response(text=body, content_type="application/json", headers=headers)
+            body = json.dumps(outcome.result, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            # Never answer 200 with something that is not JSON (NaN, Infinity); the service refuses
+            # such results already, this is the last line.
+            outcome.ok, outcome.error = False, {"code": "bad_result", "message": f"result is not JSON: {exc}"}
+        else:
+            return web.Response(text=body, content_type="application/json", headers=headers)
     error = dict(outcome.error or {})
     code = str(error.pop("code", "function_error"))
     status = _ERROR_STATUS.get(code, 502)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.errors import NoRespondersError
+from nats.errors import MaxPayloadError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
@@ -33,11 +34,28 @@ from controlplane.bus.messages import (
     decode,
     encode,
 )
+from controlplane.bus.nats_auth import agent_inbox_prefix
 from controlplane.federation.config import FederationConfig
 
-__all__ = ["HubBus", "connect_nats"]
+__all__ = ["DEFAULT_MAX_PAYLOAD", "PAYLOAD_MARGIN", "HubBus", "MessageTooLargeError", "connect_nats"]
 
 log = logging.getLogger("edgeplane.hub.bus")
+
+# nats-server's default max_payload; what the hub assumes before it has connected.
+DEFAULT_MAX_PAYLOAD = 1 << 20
+# Room left for what the API cannot know when it checks a message's size (ids, GPU indices).
+PAYLOAD_MARGIN = 4096
+
+
+class MessageTooLargeError(Exception):
+    """A message larger than the connection's ``max_payload``: it can never be sent as it is."""
+
+    def __init__(self, subject: str, size: int, max_payload: int) -> None:
+        super().__init__(f"message of {size} bytes on {subject} exceeds the NATS max payload ({max_payload})")
+        self.subject = subject
+        self.size = size
+        self.max_payload = max_payload
+
 
 RegisterHandler = Callable[[str, RegisterV1], Awaitable[RegisterAckV1]]
 HeartbeatHandler = Callable[[str, HeartbeatV1], Awaitable[None]]
@@ -51,11 +69,25 @@ async def connect_nats(
     connect_within_s: float = 30.0,
     on_reconnected: Callable[[], Awaitable[None]] | None = None,
     on_disconnected: Callable[[], Awaitable[None]] | None = None,
+    seed: str | None = None,
+    inbox_prefix: str | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> NATS:
-    """Connect with exponential backoff for the first connection, then let nats-py reconnect forever."""
+    """Connect with exponential backoff for the first connection, then let nats-py reconnect forever.
+
+    ``seed``: the nkey seed to authenticate with (None: anonymous); ``inbox_prefix``: where the
+    replies to this connection's requests arrive (a node's permissions allow only its own);
+    ``tls``: the client context for a ``tls://`` server.
+    """
 
     async def _error(exc: Exception) -> None:
-        log.debug("nats %s: %s", url, exc)
+        # The server refusing us (unknown key, a subject we may not use) is a configuration
+        # problem someone must see; the rest (reconnects, timeouts) is routine.
+        text = str(exc).lower()
+        if "violation" in text:
+            log.warning("nats %s: %s", url, exc)
+        else:
+            log.debug("nats %s: %s", url, exc)
 
     async def _reconnected() -> None:
         log.info("nats %s: reconnected", url)
@@ -86,6 +118,9 @@ async def connect_nats(
                 error_cb=_error,
                 reconnected_cb=_reconnected,
                 disconnected_cb=_disconnected,
+                nkeys_seed_str=seed,
+                inbox_prefix=inbox_prefix or "_INBOX",
+                tls=tls,
             )
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -103,6 +138,9 @@ class HubBus:
         on_heartbeat: HeartbeatHandler,
         on_report: ReportHandler,
         command_timeout_s: float = 2.0,
+        seed: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        check_reply_inbox: bool = False,
     ) -> None:
         self.default_url = default_url
         self.federation = federation
@@ -112,7 +150,13 @@ class HubBus:
         self._on_report = on_report
         self.command_timeout_s = command_timeout_s
         self._conns: dict[str, NATS] = {}
+        self._seed = seed
+        self._tls = tls
+        # Enrolled agents ask from their own inbox prefix only; a request whose reply subject is
+        # elsewhere would make the hub answer into a subject the sender chose (another node's).
+        self._check_reply_inbox = check_reply_inbox
         self.malformed: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter()  # well-formed but refused (see reject())
         self.started_at = 0.0
 
     def _url_for(self, cluster: str) -> str:
@@ -127,6 +171,12 @@ class HubBus:
     def connected(self) -> bool:
         return bool(self._conns) and all(nc.is_connected for nc in self._conns.values())
 
+    @property
+    def max_payload(self) -> int:
+        """The largest message every connection can carry (servers announce it on connect)."""
+        sizes = [nc.max_payload for nc in self._conns.values() if nc.max_payload > 0]
+        return min(sizes, default=DEFAULT_MAX_PAYLOAD)
+
     async def start(self, *, connect_within_s: float = 30.0) -> None:
         loop = asyncio.get_running_loop()
         self.started_at = loop.time()
@@ -139,6 +189,8 @@ class HubBus:
                     name=f"edgeplane-hub-{self.hub_id}",
                     connect_within_s=connect_within_s,
                     on_reconnected=self.say_hello,
+                    seed=self._seed,
+                    tls=self._tls,
                 )
             nc = self._conns[url]
             subjects = self.subjects(cluster.name)
@@ -174,14 +226,22 @@ class HubBus:
         self._conns.clear()
 
     async def send_command(self, cluster: str, node: str, command: CommandV1) -> CommandAckV1 | None:
-        """Deliver a command and wait for the agent's ack; None when nobody answered in time."""
+        """Deliver a command and wait for the agent's ack; None when nobody answered in time.
+
+        Raises MessageTooLargeError when the command can never be sent (resending would not help).
+        """
         nc = self._conns.get(self._url_for(cluster))
         if nc is None or not nc.is_connected:
             return None
+        subject = self.subjects(cluster).command(node)
+        payload = encode(command)
         try:
-            reply = await nc.request(
-                self.subjects(cluster).command(node), encode(command), timeout=self.command_timeout_s
-            )
+            self._check_size(nc, subject, payload)
+            reply = await nc.request(subject, payload, timeout=self.command_timeout_s)
+        except (MessageTooLargeError, MaxPayloadError) as exc:
+            too_large = MessageTooLargeError(subject, len(payload), nc.max_payload)
+            log.warning("command %s to %s not sent: %s", command.command_id, node, too_large)
+            raise too_large from exc
         except (TimeoutError, NatsTimeoutError, NoRespondersError):
             return None
         except Exception as exc:  # connection closing or reconnecting: retried by the reconcile loop
@@ -196,17 +256,44 @@ class HubBus:
     async def request(self, cluster: str, subject: str, payload: bytes, *, deadline_s: float) -> bytes:
         """A raw request on a cluster's connection.
 
-        Raises NoRespondersError (nobody listens), TimeoutError, or ConnectionError (no connection).
+        Raises NoRespondersError (nobody listens), TimeoutError, ConnectionError (no connection) or
+        MessageTooLargeError (over the connection's max_payload).
         """
         nc = self._conns.get(self._url_for(cluster))
         if nc is None or not nc.is_connected:
             raise ConnectionError(f"no NATS connection for cluster {cluster!r}")
-        reply = await nc.request(subject, payload, timeout=deadline_s)
+        self._check_size(nc, subject, payload)
+        try:
+            reply = await nc.request(subject, payload, timeout=deadline_s)
+        except MaxPayloadError:  # the server lowered its limit since we looked
+            raise MessageTooLargeError(subject, len(payload), nc.max_payload) from None
         return bytes(reply.data)
+
+    @staticmethod
+    def _check_size(nc: NATS, subject: str, payload: bytes) -> None:
+        if nc.max_payload > 0 and len(payload) > nc.max_payload:
+            raise MessageTooLargeError(subject, len(payload), nc.max_payload)
 
     def _count_malformed(self, kind: str, node: str, exc: Exception) -> None:
         self.malformed[kind] += 1
         log.warning("dropped malformed %s from %s: %s", kind, node or "?", exc)
+
+    def reject(self, kind: str, node: str, reason: str) -> None:
+        """Count and log a well-formed message the hub refuses (an unenrolled node, a value out
+        of bounds); /healthz shows the counts as ``rejected_messages``."""
+        self.rejected[kind] += 1
+        log.warning("refused %s from %s: %s", kind, node or "?", reason)
+
+    def _reply_outside_inbox(self, msg: Msg, kind: str, node: str) -> bool:
+        """True (counted, logged) when a request's reply subject is not under its node's inbox."""
+        if not self._check_reply_inbox or not msg.reply:
+            return False
+        parts = msg.subject.split(".")
+        cluster = parts[-4] if len(parts) >= 4 else ""
+        if msg.reply.startswith(agent_inbox_prefix(cluster, node) + "."):
+            return False
+        self.reject(kind, node, f"reply subject {msg.reply[:80]!r} is not under the node's inbox")
+        return True
 
     async def _respond(self, msg: Msg, payload: Any) -> None:
         if msg.reply:
@@ -217,6 +304,8 @@ class HubBus:
 
     async def _handle_register(self, msg: Msg) -> None:
         node = Subjects.node_from_subject(msg.subject)
+        if self._reply_outside_inbox(msg, "register", node):
+            return
         try:
             register = decode(msg.data, RegisterV1)
         except MessageError as exc:
@@ -249,6 +338,8 @@ class HubBus:
 
     async def _handle_report(self, msg: Msg) -> None:
         node = Subjects.node_from_subject(msg.subject)
+        if self._reply_outside_inbox(msg, "report", node):
+            return
         try:
             report = decode(msg.data, StatusReportV1)
         except MessageError as exc:

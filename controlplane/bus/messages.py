@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import types
 import typing
@@ -455,8 +456,9 @@ def decode(data: bytes, message_type: type[M]) -> M:
     name = getattr(message_type, "TYPE", message_type.__name__)
     try:
         raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MessageError(name, f"not JSON: {exc}") from None
+    # ValueError: also integers of more than 4300 digits; RecursionError: nesting past the stack.
+    except (ValueError, RecursionError) as exc:
+        raise MessageError(name, f"not JSON: {str(exc)[:200]}") from None
     if not isinstance(raw, dict):
         raise MessageError(name, "not a JSON object")
     version = raw.get("v", None)
@@ -529,11 +531,19 @@ def _convert(tp: Any, value: Any, name: str, where: str) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise MessageError(name, "must be an integer", field=where)
+        if not -(2**63) <= value < 2**63:  # the store's integers are 64-bit (SQLite, PostgreSQL bigint)
+            raise MessageError(name, "must be a 64-bit integer", field=where)
         return value
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise MessageError(name, "must be a number", field=where)
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond the float range
+            number = math.inf
+        if not math.isfinite(number):  # NaN or Infinity would leak into the store and the API's JSON
+            raise MessageError(name, "must be a finite number", field=where)
+        return number
     if tp is str:
         if not isinstance(value, str):
             raise MessageError(name, "must be a string", field=where)

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import ssl
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
@@ -16,12 +17,18 @@ from controlplane.store.db import sqlite_url
 
 if TYPE_CHECKING:
     from controlplane.api.auth import AuthSettings
+    from controlplane.bus.authority import NatsAuthority
+    from controlplane.bus.credentials import NatsTls
     from controlplane.hub.service import HubSettings
+    from controlplane.natsd import NatsServer
     from controlplane.store.store import Store
 
 __all__ = [
     "ADMIN_TOKEN_FILE",
+    "HUB_SEED_FILE",
+    "NatsSetup",
     "add_hub_arguments",
+    "add_store_arguments",
     "api_auth",
     "api_ssl_context",
     "check_function_policy",
@@ -30,8 +37,22 @@ __all__ = [
     "federation_from",
     "hub_settings",
     "mask_url",
+    "nats_setup",
     "setup_logging",
 ]
+
+HUB_SEED_FILE = "hub.nkey"
+
+
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    """--database-url, --data-dir and --federation, for the commands that work on the store."""
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("EDGEPLANE_DATABASE_URL"),
+        help="SQLAlchemy URL (env EDGEPLANE_DATABASE_URL; default SQLite in --data-dir)",
+    )
+    parser.add_argument("--data-dir", default=".edgeplane", help="where the SQLite store lives")
+    parser.add_argument("--federation", help="federation config file (default: one cluster named 'default')")
 
 
 def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +89,27 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         help="how long to wait for agents' local-policy bids before placing (0 disables bids)",
     )
     parser.add_argument("--lease-missed", type=int, default=3, help="heartbeats a node may miss (default 3)")
+    parser.add_argument(
+        "--nats-seed",
+        default=os.environ.get("EDGEPLANE_NATS_SEED_FILE"),
+        help="the hub's nkey seed file for NATS (env EDGEPLANE_NATS_SEED_FILE; "
+        "default with the embedded server: <data-dir>/hub.nkey, made on first start)",
+    )
+    parser.add_argument("--nats-ca", help="CA file to verify a tls:// NATS server")
+    parser.add_argument("--nats-cert", help="client certificate (PEM) for NATS")
+    parser.add_argument("--nats-key", help="the private key (PEM) of --nats-cert")
+    parser.add_argument(
+        "--require-enrolment",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="accept registrations only from enrolled nodes (default: with the embedded server, "
+        "or with --nats-seed)",
+    )
+    parser.add_argument(
+        "--allow-memory-above-telemetry",
+        action="store_true",
+        help="let enrolled nodes offer more memory than their telemetry reports",
+    )
     parser.add_argument("--tls-cert", help="serve the API over HTTPS with this certificate (PEM)")
     parser.add_argument("--tls-key", help="the private key (PEM) of --tls-cert")
     parser.add_argument(
@@ -118,7 +160,10 @@ def check_function_policy(args: argparse.Namespace) -> None:
         )
 
 
-def hub_settings(args: argparse.Namespace, nats_url: str, federation: FederationConfig) -> HubSettings:
+def hub_settings(
+    args: argparse.Namespace, nats_url: str, federation: FederationConfig, nats: NatsSetup | None = None
+) -> HubSettings:
+    from controlplane.hub.registration import RegistrationLimits
     from controlplane.hub.service import HubSettings
 
     return HubSettings(
@@ -128,6 +173,66 @@ def hub_settings(args: argparse.Namespace, nats_url: str, federation: Federation
         function_policy=args.function_policy,
         scheduler=args.scheduler,
         bid_deadline_ms=args.bid_deadline_ms,
+        nats_seed=nats.seed if nats else None,
+        nats_tls=nats.tls if nats else None,
+        require_enrolment=nats.require_enrolment if nats else False,
+        registration=RegistrationLimits(memory_within_telemetry=not args.allow_memory_above_telemetry),
+    )
+
+
+@dataclass(slots=True)
+class NatsSetup:
+    """The hub's side of NATS, worked out at start: its URL and identity, the embedded server
+    (not started yet) and the authority that keeps the server's users in step with the store."""
+
+    url: str
+    seed: str | None
+    tls: NatsTls | None
+    require_enrolment: bool
+    server: NatsServer | None = None
+    authority: NatsAuthority | None = None
+
+
+def nats_setup(args: argparse.Namespace, data_dir: Path, federation: FederationConfig) -> NatsSetup:
+    """From --nats, --nats-seed, --nats-ca/cert/key, --require-enrolment; ConfigError when wrong.
+
+    Without --nats: an embedded server that admits the hub's key (``<data-dir>/hub.nkey``) and
+    enrolled nodes only. With --nats and a seed: the hub authenticates, and the authorization
+    block an operator applies is kept in ``<data-dir>/nats-authorization.conf``.
+    """
+    from controlplane.bus.authority import EMBEDDED_CONFIG_FILE, EXTERNAL_CONFIG_FILE, NatsAuthority
+    from controlplane.bus.credentials import NatsTls, ensure_seed, public_key_of, read_seed
+    from controlplane.natsd import NatsServer
+
+    tls = NatsTls.from_options(args.nats_ca, args.nats_cert, args.nats_key)
+    seed = read_seed(Path(args.nats_seed)) if args.nats_seed else None
+    if args.nats:
+        require = args.require_enrolment if args.require_enrolment is not None else seed is not None
+        if require and seed is None:
+            raise ConfigError("<command line>", "--require-enrolment", "with --nats it needs --nats-seed")
+        setup = NatsSetup(url=args.nats, seed=seed, tls=tls, require_enrolment=require)
+        if seed is not None:
+            setup.authority = NatsAuthority(
+                config_path=data_dir / EXTERNAL_CONFIG_FILE,
+                hub_public_key=public_key_of(seed),
+                federation=federation,
+                nats_url=args.nats,
+            )
+        return setup
+    seed = seed or ensure_seed(data_dir / HUB_SEED_FILE)
+    server = NatsServer(log_file=data_dir / "nats-server.log", config_file=data_dir / EMBEDDED_CONFIG_FILE)
+    authority = NatsAuthority(
+        config_path=data_dir / EMBEDDED_CONFIG_FILE,
+        hub_public_key=public_key_of(seed),
+        federation=federation,
+        nats_url=server.url,
+        listen=(server.host, server.port),
+        server=server,
+    )
+    authority.write([])  # the hub alone; enrolled nodes follow once the store is open
+    require = args.require_enrolment if args.require_enrolment is not None else True
+    return NatsSetup(
+        url=server.url, seed=seed, tls=tls, require_enrolment=require, server=server, authority=authority
     )
 
 

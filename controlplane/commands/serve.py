@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controlplane.commands.common import (
+    NatsSetup,
     add_hub_arguments,
     api_auth,
     api_ssl_context,
@@ -19,6 +20,7 @@ from controlplane.commands.common import (
     federation_from,
     hub_settings,
     mask_url,
+    nats_setup,
     setup_logging,
 )
 
@@ -41,27 +43,28 @@ def run(args: argparse.Namespace) -> int:
         check_function_policy(args)
         auth = api_auth(args)
         ssl_context = api_ssl_context(args)
+        nats = nats_setup(args, Path(args.data_dir), federation)
     except ConfigError as exc:
         print(f"controlplane: configuration error: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(args, federation, auth, ssl_context))
+    return asyncio.run(_serve(args, federation, auth, ssl_context, nats))
 
 
 async def _serve(
-    args: argparse.Namespace, federation: object, auth: AuthSettings, ssl_context: ssl.SSLContext | None
+    args: argparse.Namespace,
+    federation: object,
+    auth: AuthSettings,
+    ssl_context: ssl.SSLContext | None,
+    nats: NatsSetup,
 ) -> int:
     from controlplane.federation.config import FederationConfig
     from controlplane.hub.runner import start_hub, wait_for_signal
-    from controlplane.natsd import NatsServer
 
     assert isinstance(federation, FederationConfig)
-    nats_server = None
-    nats_url = args.nats
-    if not nats_url:
-        nats_server = NatsServer().start()
-        nats_url = nats_server.url
+    nats_server = nats.server.start() if nats.server is not None else None
+    nats_url = nats.url
     try:
-        settings = hub_settings(args, nats_url, federation)
+        settings = hub_settings(args, nats_url, federation, nats)
         running = await start_hub(
             settings,
             database_url=database_url(args),
@@ -69,7 +72,10 @@ async def _serve(
             port=args.port,
             auth=auth,
             ssl_context=ssl_context,
+            nats_authority=nats.authority,
         )
+        if nats.authority is not None:  # nodes enrolled before this start
+            await nats.authority.apply(running.hub.identities.node_credentials)
         token_file, token_created = await ensure_admin_token(running.hub.store, Path(args.data_dir))
         made = "new admin token in" if token_created else "admin token in"
         print(

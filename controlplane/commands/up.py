@@ -3,6 +3,10 @@
 Starts a nats-server on a free loopback port (unless ``--nats``), the hub with its SQLite store
 in ``--data-dir``, and ``--agents N`` local ``edge-agent`` processes; prints the API URL; Ctrl-C
 stops everything (agents first, so their work is stopped cleanly).
+
+The embedded server admits the hub and enrolled nodes only: each local agent enrols with a join
+token of its own (``--join``), unless its work dir already holds credentials the store still
+knows.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controlplane.commands.common import (
+    NatsSetup,
     add_hub_arguments,
     api_auth,
     api_ssl_context,
@@ -28,11 +33,13 @@ from controlplane.commands.common import (
     federation_from,
     hub_settings,
     mask_url,
+    nats_setup,
     setup_logging,
 )
 
 if TYPE_CHECKING:
     from controlplane.api.auth import AuthSettings
+    from controlplane.store.identities import IdentityStore
 
 __all__ = ["configure", "run"]
 
@@ -59,10 +66,42 @@ def run(args: argparse.Namespace) -> int:
         check_function_policy(args)
         auth = api_auth(args)
         ssl_context = api_ssl_context(args)
+        data_dir = Path(args.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        nats = nats_setup(args, data_dir, federation)
     except ConfigError as exc:
         print(f"controlplane up: configuration error: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_up(args, federation, auth, ssl_context))
+    return asyncio.run(_up(args, federation, auth, ssl_context, nats))
+
+
+async def _enrolment(
+    args: argparse.Namespace, identities: IdentityStore, cluster: str, name: str, work_dir: Path, api: str
+) -> list[str]:
+    """The agent's identity arguments: none when its work dir holds credentials the store still
+    knows (it reuses them), else a fresh join token (stale credentials are removed first)."""
+    from controlplane.errors import ConfigError
+    from edge_agent.enrol import CREDENTIALS_FILE, load_credentials
+
+    stored = work_dir / CREDENTIALS_FILE
+    if stored.exists():
+        try:
+            credentials = load_credentials(stored)
+            active = await identities.node_credential(name)
+            same = active is not None and (active.public_key, active.cluster) == (
+                credentials.public_key,
+                cluster,
+            )
+            if same:
+                return []
+        except ConfigError:
+            pass
+        stored.unlink()  # revoked, from another store, or unreadable: enrol again
+    token = await identities.create_join_token(cluster, 600.0)
+    command = ["--join", token.token, "--hub", api]
+    if args.tls_cert:
+        command += ["--hub-ca", args.tls_cert]
+    return command
 
 
 def _agent_command(
@@ -90,28 +129,34 @@ def _agent_command(
         command += ["--cpu", args.agent_cpu]
     if args.agent_memory:
         command += ["--memory", args.agent_memory]
+    for flag, value in (
+        ("--nats-ca", args.nats_ca),
+        ("--nats-cert", args.nats_cert),
+        ("--nats-key", args.nats_key),
+    ):
+        if value:
+            command += [flag, value]
     return command
 
 
 async def _up(
-    args: argparse.Namespace, federation: object, auth: AuthSettings, ssl_context: ssl.SSLContext | None
+    args: argparse.Namespace,
+    federation: object,
+    auth: AuthSettings,
+    ssl_context: ssl.SSLContext | None,
+    nats: NatsSetup,
 ) -> int:
     from controlplane.federation.config import FederationConfig
     from controlplane.hub.runner import start_hub, wait_for_signal
-    from controlplane.natsd import NatsServer
 
     assert isinstance(federation, FederationConfig)
     data_dir = Path(args.data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    nats_server = None
-    nats_url = args.nats
-    if not nats_url:
-        nats_server = NatsServer(log_file=data_dir / "nats-server.log").start()
-        nats_url = nats_server.url
+    nats_server = nats.server.start() if nats.server is not None else None
+    nats_url = nats.url
     agents: list[subprocess.Popen[bytes]] = []
     running = None
     try:
-        settings = hub_settings(args, nats_url, federation)
+        settings = hub_settings(args, nats_url, federation, nats)
         running = await start_hub(
             settings,
             database_url=database_url(args),
@@ -119,19 +164,22 @@ async def _up(
             port=args.port,
             auth=auth,
             ssl_context=ssl_context,
+            nats_authority=nats.authority,
         )
+        if nats.authority is not None:  # nodes enrolled at an earlier start connect again
+            await nats.authority.apply(running.hub.identities.node_credentials)
         token_file, token_created = await ensure_admin_token(running.hub.store, data_dir)
         clusters = federation.clusters
         for index in range(args.agents):
             cluster = clusters[index % len(clusters)]
             agent_url = cluster.nats_url or nats_url
             name = f"edge-{index + 1}"
-            agents.append(
-                subprocess.Popen(
-                    _agent_command(args, agent_url, cluster.name, name, data_dir),
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            command = _agent_command(args, agent_url, cluster.name, name, data_dir)
+            if nats.authority is not None:
+                command += await _enrolment(
+                    args, running.hub.identities, cluster.name, name, data_dir / "agents" / name, running.url
                 )
-            )
+            agents.append(subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
         made = "new admin token in" if token_created else "admin token in"
         print(
             f"edgeplane is up: API {running.url}  NATS {mask_url(nats_url)}  "

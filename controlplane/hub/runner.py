@@ -11,6 +11,7 @@ from aiohttp import web
 
 from controlplane.api.app import create_app
 from controlplane.api.auth import AuthSettings
+from controlplane.bus.authority import NatsAuthority
 from controlplane.hub.service import Hub, HubSettings
 from controlplane.store.store import Store
 
@@ -42,7 +43,10 @@ async def start_hub(
     hub_factory: Callable[[HubSettings, Store], Hub] = Hub,
     auth: AuthSettings | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    nats_authority: NatsAuthority | None = None,
 ) -> RunningHub:
+    """Open the store, start the hub, serve its API. ``nats_authority``: enrolment is possible
+    (``POST /v1/join``) and the NATS server's user list follows the store's node credentials."""
     store = await Store.open(database_url)
     hub = hub_factory(settings, store)
     try:
@@ -52,7 +56,7 @@ async def start_hub(
         await store.close()
         raise
     # The API's own middleware writes the access log (with the principal), so aiohttp's is off.
-    runner = web.AppRunner(create_app(hub, auth=auth), access_log=None)
+    runner = web.AppRunner(create_app(hub, auth=auth, nats_authority=nats_authority), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     try:

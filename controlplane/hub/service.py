@@ -22,7 +22,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from controlplane.bus.hub_bus import HubBus
+from controlplane.bus.credentials import NatsTls
+from controlplane.bus.hub_bus import PAYLOAD_MARGIN, HubBus, MessageTooLargeError
 from controlplane.bus.messages import (
     CommandAckV1,
     CommandV1,
@@ -30,15 +31,16 @@ from controlplane.bus.messages import (
     PlacementState,
     RegisterAckV1,
     RegisterV1,
-    RunSpec,
     StatusReportV1,
     Telemetry,
     valid_token,
 )
-from controlplane.errors import NotFoundError
+from controlplane.errors import NotFoundError, ValidationError
 from controlplane.federation.config import FederationConfig
 from controlplane.hub.placement import FitPlacer, PlacementNode, Placer, ReplicaChoice
+from controlplane.hub.registration import RegistrationLimits, registration_problem
 from controlplane.hub.spec import WorkloadSpec
+from controlplane.store.identities import IdentityStore
 from controlplane.store.models import ClusterRow, NodeRow, PlacementRow, WorkloadRow
 from controlplane.store.store import ACTIVE_PLACEMENT, TERMINAL_PLACEMENT, Store
 
@@ -65,6 +67,12 @@ class HubSettings:
     scheduler: str = "edgeplane"  # a scheduling profile name, or "fit" (filter + least-allocated)
     bid_deadline_ms: float = 50.0  # how long the bid round waits for local policies; 0: no bids
     hub_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    nats_seed: str | None = field(default=None, repr=False)  # the hub's nkey seed; None: anonymous
+    nats_tls: NatsTls | None = None
+    # Registrations only from nodes with active credentials, for the cluster they enrolled in (the
+    # NATS server authenticates them; this is the hub's own check behind it).
+    require_enrolment: bool = False
+    registration: RegistrationLimits = field(default_factory=RegistrationLimits)
 
 
 @dataclass(slots=True)
@@ -117,7 +125,11 @@ class Hub:
             on_heartbeat=self.handle_heartbeat,
             on_report=self.handle_report,
             command_timeout_s=settings.command_timeout_s,
+            seed=settings.nats_seed,
+            tls=settings.nats_tls.context() if settings.nats_tls else None,
+            check_reply_inbox=settings.require_enrolment,
         )
+        self.identities = IdentityStore(store)
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -245,18 +257,34 @@ class Hub:
 
     # --- agent messages -------------------------------------------------------------------
 
+    def _refuse(self, node_name: str, reason: str) -> RegisterAckV1:
+        self.bus.reject("register", node_name, reason)
+        return RegisterAckV1(accepted=False, reason=reason, hub_id=self.settings.hub_id)
+
     async def handle_register(self, node_name: str, msg: RegisterV1) -> RegisterAckV1:
         hub_id = self.settings.hub_id
         if msg.node != node_name or not valid_token(node_name):
-            return RegisterAckV1(accepted=False, reason="node name does not match subject", hub_id=hub_id)
+            return self._refuse(node_name, "node name does not match subject")
         cluster = self.federation.cluster(msg.cluster)
         if cluster is None:
             known = ", ".join(c.name for c in self.federation.clusters)
-            return RegisterAckV1(
-                accepted=False, reason=f"unknown cluster {msg.cluster!r} (known: {known})", hub_id=hub_id
-            )
-        if msg.heartbeat_interval_s <= 0:
-            return RegisterAckV1(accepted=False, reason="heartbeat_interval_s must be > 0", hub_id=hub_id)
+            return self._refuse(node_name, f"unknown cluster {msg.cluster!r} (known: {known})")
+        problem = registration_problem(
+            msg, self.settings.registration, check_telemetry=self.settings.require_enrolment
+        )
+        if problem is not None:
+            return self._refuse(node_name, str(problem))
+        if self.settings.require_enrolment:
+            credential = await self.identities.node_credential(node_name)
+            if credential is None:
+                return self._refuse(
+                    node_name, f"node {node_name!r} has no active credentials (enrol it with a join token)"
+                )
+            if credential.cluster != msg.cluster:
+                return self._refuse(
+                    node_name,
+                    f"node {node_name!r} is enrolled in cluster {credential.cluster!r}, not {msg.cluster!r}",
+                )
         now = time.time()
         mono = asyncio.get_running_loop().time()
         async with self._lock, self.store.session() as s:
@@ -379,8 +407,10 @@ class Hub:
             if placement is None:
                 log.warning("report %s for unknown placement %s", msg.report_id, msg.placement.placement_id)
             elif placement.node != node_name:
-                log.warning(
-                    "report for %s from %s, but it runs on %s", placement.id, node_name, placement.node
+                # A node speaking for another's placement: counted and dropped (defence in depth
+                # behind the NATS permissions, which keep a node to its own report subject).
+                self.bus.reject(
+                    "report", node_name, f"placement {placement.id} runs on {placement.node}, not here"
                 )
             else:
                 await self._apply_state(s, placement, msg.placement)
@@ -548,6 +578,9 @@ class Hub:
         self, spec: WorkloadSpec, *, idempotency_key: str | None = None
     ) -> tuple[str, bool]:
         """Store a new workload; with an idempotency key a retried POST returns the first one."""
+        spec.check_fits(self.bus.max_payload - PAYLOAD_MARGIN)
+        if idempotency_key and not _storable(idempotency_key):
+            raise ValidationError("must be valid UTF-8", field="Idempotency-Key")
         if idempotency_key:
             existing = await self.store.find_workload_by_key(idempotency_key)
             if existing is not None:
@@ -834,19 +867,10 @@ class Hub:
                                     kind="run",
                                     placement_id=placement.id,
                                     workload_id=placement.workload_id,
-                                    spec=RunSpec(
-                                        command=spec.command,
-                                        env=spec.env,
-                                        cpu=spec.resources.cpu,
-                                        memory=spec.resources.memory,
+                                    spec=spec.run_spec(
                                         gpu_indices=[
                                             int(i) for i in placement.assignment.get("gpu_indices", [])
-                                        ],
-                                        mig=list(spec.resources.mig),
-                                        timeout_s=spec.timeout_s,
-                                        restart_policy=spec.restart_policy,
-                                        max_restarts=spec.max_restarts,
-                                        offer=spec.offer(),
+                                        ]
                                     ),
                                 ),
                             )
@@ -864,6 +888,14 @@ class Hub:
         )
         async with self._lock, self.store.session() as s:
             for (stale, command), ack in zip(pairs, acks, strict=True):
+                if isinstance(ack, MessageTooLargeError) and command.kind == "run":
+                    # Resending cannot help: fail the replica with the reason instead of leaving it
+                    # Scheduled forever (specs accepted by an older hub, or a server with a lower limit).
+                    self._last_sent.pop(command.command_id, None)
+                    placement = await s.get(PlacementRow, stale.id)
+                    if placement is not None and placement.status not in TERMINAL_PLACEMENT:
+                        await self._end_placement(s, placement, "Failed", f"run command not sent: {ack}")
+                    continue
                 if not isinstance(ack, CommandAckV1) or ack.command_id != command.command_id:
                     continue
                 self._last_sent.pop(command.command_id, None)
@@ -879,6 +911,15 @@ class Hub:
                     await self._end_placement(s, placement, "Cancelled", placement.message or "cancelled")
                 elif ack.accepted:
                     placement.stop_acked = True
+
+
+def _storable(text: str) -> bool:
+    """False for a header aiohttp decoded with surrogateescape (not UTF-8): the store cannot keep it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def make_placer(name: str, federation: FederationConfig) -> Placer:

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from controlplane.bus.messages import RESTART_POLICIES, OfferSpec
-from controlplane.errors import ValidationError
+from controlplane.bus.messages import RESTART_POLICIES, CommandV1, OfferSpec, RunSpec, encode
+from controlplane.errors import PayloadTooLargeError, ValidationError
 from controlplane.resources import ResourceRequest
 
-__all__ = ["RESTART_POLICIES", "Affinity", "WorkloadSpec"]
+__all__ = [
+    "RESTART_POLICIES",
+    "Affinity",
+    "WorkloadSpec",
+    "blame_field",
+    "json_size",
+    "parse_argv",
+    "parse_env",
+]
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 KINDS = ("batch", "service", "analytics", "inference")
@@ -34,6 +43,49 @@ _TOP_KEYS = {
     "restart_policy",
     "max_restarts",
 }
+
+
+def json_size(value: Any) -> int:
+    """Bytes ``value`` takes in a NATS message (the codec escapes non-ASCII: up to 12 a character)."""
+    return len(json.dumps(value))
+
+
+def blame_field(sizes: dict[str, int]) -> str:
+    """The field to name for a message that is too large: the biggest entry (``env.KEY``,
+    ``command[2]``), or its whole group (``env``) when many small entries add up."""
+    groups: dict[str, int] = {}
+    for path, size in sizes.items():
+        group = re.split(r"[.\[]", path, maxsplit=1)[0]
+        groups[group] = groups.get(group, 0) + size
+    group = max(groups, key=groups.__getitem__)
+    biggest = max((p for p in sizes if re.split(r"[.\[]", p, maxsplit=1)[0] == group), key=sizes.__getitem__)
+    return biggest if sizes[biggest] * 2 >= groups[group] else group
+
+
+def parse_argv(value: Any, where: str = "command", *, every_non_empty: bool = False) -> list[str]:
+    """An argv the OS can exec: a non-empty list of strings without NUL, the program non-empty."""
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(arg, str) and (arg or not every_non_empty) for arg in value)
+        or not value[0]
+    ):
+        raise ValidationError("must be a non-empty list of strings (argv)", field=where)
+    if any("\x00" in arg for arg in value):
+        raise ValidationError("arguments cannot contain NUL characters", field=where)
+    return list(value)
+
+
+def parse_env(value: Any, where: str = "env") -> dict[str, str]:
+    """Environment variables the OS can set: names non-empty without '=' or NUL, values without NUL."""
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ValidationError("must be an object of string to string", field=where)
+    for key, item in value.items():
+        if not key or "=" in key or "\x00" in key or "\x00" in item:
+            raise ValidationError(
+                f"variable {key!r}: names are non-empty without '=' or NUL, values without NUL", field=where
+            )
+    return dict(value)
 
 
 def _str_list(value: Any, where: str) -> list[str]:
@@ -113,21 +165,9 @@ class WorkloadSpec:
         command = body.get("command")
         if command is None:
             raise ValidationError("is required", field="command")
-        if (
-            not isinstance(command, list)
-            or not command
-            or not all(isinstance(c, str) for c in command)
-            or not command[0]
-        ):
-            raise ValidationError("must be a non-empty list of strings (argv)", field="command")
-        spec = cls(name=name, command=list(command))
+        spec = cls(name=name, command=parse_argv(command))
         if "env" in body:
-            env = body["env"]
-            if not isinstance(env, dict) or not all(
-                isinstance(k, str) and k and "=" not in k and isinstance(v, str) for k, v in env.items()
-            ):
-                raise ValidationError("must be an object of string to string", field="env")
-            spec.env = dict(env)
+            spec.env = parse_env(body["env"])
         spec.resources = ResourceRequest.parse(body.get("resources"))
         spec.replicas = _int(body, "replicas", 1, 1, 1000)
         spec.priority = _int(body, "priority", 0, -1000, 1000)
@@ -152,6 +192,43 @@ class WorkloadSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def run_spec(self, gpu_indices: list[int]) -> RunSpec:
+        """What the agent gets in the run command of one replica placed with these GPUs."""
+        return RunSpec(
+            command=self.command,
+            env=self.env,
+            cpu=self.resources.cpu,
+            memory=self.resources.memory,
+            gpu_indices=gpu_indices,
+            mig=list(self.resources.mig),
+            timeout_s=self.timeout_s,
+            restart_policy=self.restart_policy,
+            max_restarts=self.max_restarts,
+            offer=self.offer(),
+        )
+
+    def check_fits(self, room: int) -> None:
+        """Refuse (413, naming the field) a spec whose run command would exceed ``room`` bytes: NATS
+        could never deliver it, and the workload would wait in Scheduled forever."""
+        placeholder = "0" * 32  # the ids the hub makes are uuid4 hex
+        command = CommandV1(
+            command_id=placeholder,
+            kind="run",
+            placement_id=placeholder,
+            workload_id=placeholder,
+            spec=self.run_spec(gpu_indices=[]),
+        )
+        size = len(encode(command))
+        if size <= room:
+            return
+        sizes = {f"command[{i}]": json_size(arg) for i, arg in enumerate(self.command)}
+        sizes.update({f"env.{key}": json_size(key) + json_size(value) for key, value in self.env.items()})
+        raise PayloadTooLargeError(
+            f"the run command would be {size} bytes, over the {room} one NATS message can carry here "
+            "(strings count JSON-escaped: up to 12 bytes a non-ASCII character)",
+            field=blame_field(sizes),
+        )
 
     def offer(self) -> OfferSpec:
         """One replica as a node's local policy sees it (bids, and the agent's restart decisions)."""
@@ -198,10 +275,16 @@ def _int(body: dict[str, Any], key: str, default: int, low: int, high: int) -> i
     return value
 
 
+# Seconds fields: at least a millisecond, since a subnormal SLA overflows the reward to infinity.
+MIN_SECONDS, MAX_SECONDS = 0.001, 86400 * 365
+
+
 def _positive(body: dict[str, Any], key: str) -> float | None:
     if key not in body or body[key] is None:
         return None
     value = body[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 86400 * 365:
-        raise ValidationError("must be a positive number of seconds", field=key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError("must be a number of seconds", field=key)
+    if not MIN_SECONDS <= value <= MAX_SECONDS:
+        raise ValidationError(f"must be a number of seconds from {MIN_SECONDS} to {MAX_SECONDS}", field=key)
     return float(value)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -29,6 +30,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from sqlalchemy import select
 
+from controlplane.bus.hub_bus import PAYLOAD_MARGIN, MessageTooLargeError
 from controlplane.bus.messages import (
     FunctionCode,
     FunctionInstance,
@@ -40,7 +42,7 @@ from controlplane.bus.messages import (
     decode,
     encode,
 )
-from controlplane.errors import ConflictError, NotFoundError
+from controlplane.errors import ConflictError, EdgeplaneError, NotFoundError, PayloadTooLargeError
 from controlplane.serverless.estimates import Estimates, FunctionStats
 from controlplane.serverless.keepalive import Policy, make_policy
 from controlplane.serverless.router import EnergyWeights, NodeOption, Route, route
@@ -108,6 +110,8 @@ class FunctionService:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self.counters: Counter[str] = Counter()
+        # Registrations and deletions of one hub in turn: a version number is read, then written.
+        self._registry_lock = asyncio.Lock()
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -161,26 +165,49 @@ class FunctionService:
     # --- registry -------------------------------------------------------------------------
 
     async def register(self, spec: FunctionSpec) -> tuple[FunctionSpec, bool]:
-        """Store a version; returns (the stored spec, created). Same content again is not a new version."""
-        versions = self.specs.setdefault(spec.name, {})
-        if spec.version is not None and spec.version in versions:
-            existing = versions[spec.version]
-            if existing.content() != spec.content():
-                raise ConflictError(
-                    f"version {spec.version} of {spec.name!r} exists with other content", field="version"
-                )
-            return existing, False
-        if spec.version is None:
-            latest = versions[max(versions)] if versions else None
-            if latest is not None and latest.content() == spec.content():
-                return latest, False
-            spec.version = max(versions, default=0) + 1
-        async with self.hub.store.session() as s:
-            s.add(
-                FunctionRow(name=spec.name, version=spec.version, spec=spec.to_dict(), created_at=time.time())
-            )
-            Store.add_event(s, "FunctionVersionCreated", "function", spec.name, f"version {spec.version}")
-        versions[spec.version] = spec
+        """Store a version; returns (the stored spec, created). Same content again is not a new version.
+
+        Version numbers are never reused: after a DELETE, numbering continues after the highest
+        version ever stored, and a deleted version registered again with the same content returns.
+        """
+        spec.check_fits(self.hub.bus.max_payload - PAYLOAD_MARGIN)
+        async with self._registry_lock:
+            versions = self.specs.get(spec.name, {})
+            if spec.version is not None and spec.version in versions:
+                existing = versions[spec.version]
+                if existing.content() != spec.content():
+                    raise ConflictError(
+                        f"version {spec.version} of {spec.name!r} exists with other content", field="version"
+                    )
+                return existing, False
+            if spec.version is None and versions:
+                latest = versions[max(versions)]
+                if latest.content() == spec.content():
+                    return latest, False
+            async with self.hub.store.session() as s:
+                rows = {
+                    row.version: row
+                    for row in await s.scalars(select(FunctionRow).where(FunctionRow.name == spec.name))
+                }
+                if spec.version is None:
+                    spec.version = max(rows, default=0) + 1
+                deleted = rows.get(spec.version)
+                if deleted is None:
+                    s.add(
+                        FunctionRow(
+                            name=spec.name, version=spec.version, spec=spec.to_dict(), created_at=time.time()
+                        )
+                    )
+                elif FunctionSpec.from_stored(deleted.spec).content() == spec.content():
+                    deleted.deleted = False
+                else:
+                    raise ConflictError(
+                        f"version {spec.version} of {spec.name!r} was deleted; its number is not reused "
+                        "for other content (omit version to get the next one)",
+                        field="version",
+                    )
+                Store.add_event(s, "FunctionVersionCreated", "function", spec.name, f"version {spec.version}")
+            self.specs.setdefault(spec.name, {})[spec.version] = spec
         return spec, True
 
     def resolve(self, name: str, version: int | None = None) -> FunctionSpec:
@@ -194,30 +221,33 @@ class FunctionService:
         return versions[version]
 
     async def delete(self, name: str) -> None:
-        self.resolve(name)
-        async with self.hub.store.session() as s:
-            for row in await s.scalars(select(FunctionRow).where(FunctionRow.name == name)):
-                row.deleted = True
-            Store.add_event(s, "FunctionDeleted", "function", name)
-        del self.specs[name]
+        async with self._registry_lock:
+            self.resolve(name)
+            async with self.hub.store.session() as s:
+                for row in await s.scalars(select(FunctionRow).where(FunctionRow.name == name)):
+                    row.deleted = True
+                Store.add_event(s, "FunctionDeleted", "function", name)
+            self.specs.pop(name, None)
+            self.stats.pop(name, None)
+            timer = self._timers.pop(name, None)
+            if timer is not None:
+                timer.cancel()
 
     @staticmethod
     def code_of(spec: FunctionSpec) -> FunctionCode:
-        assert spec.version is not None
-        return FunctionCode(
-            name=spec.name,
-            version=spec.version,
-            runtime=spec.runtime,
-            handler=spec.handler,
-            source=spec.source,
-            path=spec.path,
-            command=list(spec.command),
-            env=dict(spec.env),
-            memory=spec.memory,
-            cpu=spec.cpu,
-            timeout_s=spec.timeout_s,
-            max_concurrency=spec.max_concurrency,
-        )
+        return spec.code()
+
+    def check_event(self, spec: FunctionSpec, event: Any) -> None:
+        """Refuse (413, naming the body) an event that, with the function's code, cannot fit in one
+        NATS message: the agent could never receive the invocation."""
+        room = self.hub.bus.max_payload - PAYLOAD_MARGIN
+        size = len(encode(InvokeV1(invocation_id="0" * 32, code=spec.code(), event=event)))
+        if size > room:
+            raise PayloadTooLargeError(
+                f"the invocation would be {size} bytes with this event, over the {room} one NATS message "
+                "can carry here (strings count JSON-escaped)",
+                field="<body>",
+            )
 
     # --- routing --------------------------------------------------------------------------
 
@@ -290,6 +320,7 @@ class FunctionService:
     ) -> InvocationOutcome:
         spec = self.resolve(name, version)
         assert spec.version is not None
+        self.check_event(spec, event)
         invocation_id = invocation_id or uuid.uuid4().hex
         begin = time.perf_counter()
         loop = asyncio.get_running_loop()
@@ -390,6 +421,8 @@ class FunctionService:
                     }
                 except ConnectionError as exc:
                     outcome.error = {"code": "unavailable", "type": "Unavailable", "message": str(exc)}
+                except MessageTooLargeError as exc:
+                    outcome.error = {"code": "too_large", "type": "TooLarge", "message": str(exc)}
                 else:
                     self._apply_result(outcome, data, sent, spec, node)
         finally:
@@ -412,6 +445,15 @@ class FunctionService:
             self.hub.bus.malformed["invoke_result"] += 1
             outcome.error = {"code": "bad_reply", "type": "BadReply", "message": str(exc)}
             return
+        if result.ok and not _strict_json(result.result):
+            # NaN or Infinity from a handler (a worker or command runtime that allows them): never
+            # relay them as a result, the API's answer would not be JSON.
+            result.ok, result.result = False, None
+            result.error = {
+                "code": "bad_result",
+                "type": "ResultNotJSON",
+                "message": "the handler's result is not strict JSON (NaN or Infinity)",
+            }
         round_trip = (time.perf_counter() - sent) * 1000
         outcome.ok = result.ok
         outcome.result = result.result
@@ -421,7 +463,7 @@ class FunctionService:
         outcome.queue_ms = result.queue_ms
         outcome.exec_ms = result.exec_ms
         agent_ms = result.cold_start_ms + result.queue_ms + result.exec_ms
-        if result.error is None or result.error.get("code") == "function_error":
+        if result.error is None or result.error.get("code") in ("function_error", "bad_result"):
             self.estimates.observe(
                 spec.name,
                 node,
@@ -514,6 +556,7 @@ class FunctionService:
     async def invoke_async(self, name: str, event: Any, *, version: int | None = None) -> str:
         spec = self.resolve(name, version)
         assert spec.version is not None
+        self.check_event(spec, event)
         invocation_id = uuid.uuid4().hex
         async with self.hub.store.session() as s:
             s.add(
@@ -537,14 +580,14 @@ class FunctionService:
             row.status = "Running"
         try:
             outcome = await self.invoke(name, event, version=version, invocation_id=invocation_id)
-        except NotFoundError as exc:
+        except EdgeplaneError as exc:  # deleted meanwhile, or no longer fits (a lower max_payload)
             outcome = InvocationOutcome(
                 invocation_id,
                 name,
                 version,
                 None,
                 ok=False,
-                error={"code": "not_found", "message": exc.message},
+                error={"code": exc.code, "message": exc.message},
             )
         async with self.hub.store.session() as s:
             row = await s.get(InvocationRow, invocation_id)
@@ -593,3 +636,11 @@ class FunctionService:
                 "prewarm_after_s": window.prewarm_s,
             },
         }
+
+
+def _strict_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True

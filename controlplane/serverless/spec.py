@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from controlplane.errors import ValidationError
-from controlplane.hub.spec import Affinity
+from controlplane.bus.messages import FunctionCode, InvokeV1, encode
+from controlplane.errors import PayloadTooLargeError, ValidationError
+from controlplane.hub.spec import Affinity, blame_field, json_size, parse_argv, parse_env
 from controlplane.resources import MIG_PROFILES, parse_cpu, parse_memory
 
 __all__ = ["FunctionSpec"]
@@ -85,20 +86,9 @@ class FunctionSpec:
             command = body.get("command")
             if command is None:
                 raise ValidationError("is required for runtime 'command'", field="command")
-            if (
-                not isinstance(command, list)
-                or not command
-                or not all(isinstance(c, str) and c for c in command)
-            ):
-                raise ValidationError("must be a non-empty list of strings (argv)", field="command")
-            spec.command = list(command)
+            spec.command = parse_argv(command, every_non_empty=True)
         if "env" in body:
-            env = body["env"]
-            if not isinstance(env, dict) or not all(
-                isinstance(k, str) and k and isinstance(v, str) for k, v in env.items()
-            ):
-                raise ValidationError("must be an object of string to string", field="env")
-            spec.env = dict(env)
+            spec.env = parse_env(body["env"])
         if "memory" in body:
             spec.memory = parse_memory(body["memory"], field_name="memory")
             if spec.memory < 16 * 2**20:
@@ -171,9 +161,43 @@ class FunctionSpec:
             if ":" not in handler:
                 raise ValidationError("without source, handler must be 'module:function'", field="handler")
             path = body.get("path", "")
-            if not isinstance(path, str):
+            if not isinstance(path, str) or "\x00" in path:
                 raise ValidationError("must be a directory path on the agents", field="path")
             self.path = path
+
+    def code(self) -> FunctionCode:
+        """This version as an agent gets it in every invocation and pre-warm."""
+        assert self.version is not None
+        return FunctionCode(
+            name=self.name,
+            version=self.version,
+            runtime=self.runtime,
+            handler=self.handler,
+            source=self.source,
+            path=self.path,
+            command=list(self.command),
+            env=dict(self.env),
+            memory=self.memory,
+            cpu=self.cpu,
+            timeout_s=self.timeout_s,
+            max_concurrency=self.max_concurrency,
+        )
+
+    def check_fits(self, room: int) -> None:
+        """Refuse (413, naming the field) a function whose code leaves no room in one NATS message
+        of ``room`` bytes for an invocation: every invoke would fail."""
+        code = replace(self, version=self.version or 10**9).code()  # before numbering: the widest
+        size = len(encode(InvokeV1(invocation_id="0" * 32, code=code)))
+        if size <= room:
+            return
+        sizes = {key: json_size(getattr(self, key)) for key in ("source", "handler", "path")}
+        sizes.update({f"command[{i}]": json_size(arg) for i, arg in enumerate(self.command)})
+        sizes.update({f"env.{key}": json_size(key) + json_size(value) for key, value in self.env.items()})
+        raise PayloadTooLargeError(
+            f"the function's code would take {size} bytes of every invocation message, over the {room} "
+            "one NATS message can carry here (strings count JSON-escaped)",
+            field=blame_field(sizes),
+        )
 
     def content(self) -> dict[str, Any]:
         """What makes two registrations the same version (everything but the version number)."""

@@ -111,11 +111,14 @@ class IdentityStore:
             )
         return NewToken(id=ident, name=f"join:{cluster}", token=token, scopes=[], expires_at=now + ttl_s)
 
-    async def redeem_join_token(self, token: str, *, node: str, public_key: str) -> str:
+    async def redeem_join_token(
+        self, token: str, *, node: str, public_key: str, cluster: str | None = None
+    ) -> str:
         """Use a join token once: record the node's public key; the token's cluster.
 
         Raises JoinRefused with the reason. Re-enrolling a node name replaces its key (a
-        reinstalled agent), which needs a fresh join token like any enrolment.
+        reinstalled agent), which needs a fresh join token like any enrolment. ``cluster``: the
+        cluster the agent asks for; a token for another one is refused and stays unused.
         """
         ident = token_id(token, "join")
         if ident is None:
@@ -129,6 +132,8 @@ class IdentityStore:
                 raise JoinRefused("join token already used")
             if row.expires_at <= now:
                 raise JoinRefused("join token expired")
+            if cluster is not None and cluster != row.cluster:
+                raise JoinRefused(f"join token is for cluster {row.cluster!r}, not {cluster!r}")
             taken = await session.scalar(
                 select(NodeCredentialRow).where(
                     NodeCredentialRow.public_key == public_key, NodeCredentialRow.node != node

@@ -3,7 +3,9 @@
 Protocol (JSON lines): the worker writes ``{"ready": true, "init_ms": ...}`` (or
 ``{"ready": false, "error": {...}}``) once the handler is imported, then for every request line
 ``{"id": ..., "event": ..., "context": {...}}`` it writes ``{"id": ..., "ok": true, "result": ...,
-"exec_ms": ...}`` or ``{"id": ..., "ok": false, "error": {"type", "message", "traceback"}}``.
+"exec_ms": ...}`` or ``{"id": ..., "ok": false, "error": {"type", "message", "traceback"}}``; a
+result that is not strict JSON (NaN, Infinity, a set, ...) is the error ``{"type": "ResultNotJSON",
+"code": "bad_result"}``.
 The protocol uses the process's original stdout; the handler's own prints go to stderr (the log).
 A ``runtime: command`` function is any long-lived program that speaks this protocol.
 
@@ -88,10 +90,14 @@ def main(argv: list[str] | None = None) -> int:
 
     def send(message: dict[str, Any]) -> None:
         try:
-            line = json.dumps(message)
-        except (TypeError, ValueError) as exc:
-            message = {"id": message.get("id"), "ok": False, "error": _error(exc) | {"type": "ResultNotJSON"}}
-            line = json.dumps(message)
+            # Strict JSON: NaN and Infinity are a result error, never a line the hub could relay.
+            line = json.dumps(message, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            error = _error(exc) | {"type": "ResultNotJSON", "code": "bad_result"}
+            failed = {"id": message.get("id"), "ok": False, "error": error}
+            if "exec_ms" in message:
+                failed["exec_ms"] = message["exec_ms"]
+            line = json.dumps(failed)
         with lock:
             protocol.write(line + "\n")
             protocol.flush()

@@ -1,0 +1,146 @@
+"""Node enrolment and revocation: ``POST /v1/join`` and ``DELETE /v1/nodes/{name}``.
+
+``POST /v1/join`` needs no bearer token: its credential is the single-use join token in the body
+(``controlplane agent-token create``). The agent sends the public key of an nkey it made itself;
+the hub records it, has the NATS server admit it (:class:`NatsAuthority`), and answers where and
+how to connect. ``DELETE /v1/nodes/{name}`` (scope ``nodes``) revokes a node's key: the server
+then drops its connection and refuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from controlplane.api.auth import IDENTITIES
+from controlplane.api.keys import HUB
+from controlplane.api.request import json_body
+from controlplane.api.views import node_json
+from controlplane.bus.authority import NatsAuthority
+from controlplane.bus.messages import valid_token
+from controlplane.bus.nats_auth import valid_public_key
+from controlplane.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
+from controlplane.store.identities import JoinRefused
+
+__all__ = ["NATS_AUTHORITY", "routes", "setup"]
+
+log = logging.getLogger("edgeplane.api.enrol")
+
+NATS_AUTHORITY = web.AppKey("nats_authority", NatsAuthority)
+# How often the server's user list is compared with the store (credentials the CLI made).
+SYNC_EVERY_S = 5.0
+
+routes = web.RouteTableDef()
+
+
+def setup(app: web.Application, authority: NatsAuthority | None) -> None:
+    """Add the routes; with an authority, keep the NATS server in step with the store."""
+    app.add_routes(routes)
+    if authority is None:
+        return
+    app[NATS_AUTHORITY] = authority
+
+    async def sync(app: web.Application) -> AsyncIterator[None]:
+        identities = app[IDENTITIES]
+        task = asyncio.create_task(
+            authority.keep_in_sync(identities.node_credentials, every_s=SYNC_EVERY_S), name="nats-authz"
+        )
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    app.cleanup_ctx.append(sync)
+
+
+def _string(body: dict[str, Any], key: str, *, required: bool = True) -> str | None:
+    value = body.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValidationError("is required and must be a string", field=key)
+    return value
+
+
+@routes.post("/v1/join")
+async def join(request: web.Request) -> web.Response:
+    """Redeem a join token for a node's public key; 201 with the node's NATS settings."""
+    authority = request.app.get(NATS_AUTHORITY)
+    if authority is None:
+        raise ConflictError("this hub's NATS server takes anonymous clients: there is nothing to join")
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise ValidationError("must be a JSON object", field="body")
+    token = _string(body, "token")
+    node = _string(body, "node")
+    cluster = _string(body, "cluster", required=False)
+    public_key = _string(body, "public_key")
+    assert token is not None and node is not None and public_key is not None
+    if not valid_token(node):
+        raise ValidationError("must match [A-Za-z0-9_-]{1,63}", field="node")
+    if cluster is not None and authority.federation.cluster(cluster) is None:
+        raise ValidationError(f"unknown cluster {cluster!r}", field="cluster")
+    if not valid_public_key(public_key):
+        raise ValidationError("must be an nkey user public key (U...)", field="public_key")
+    identities = request.app[IDENTITIES]
+    try:
+        enrolled = await identities.redeem_join_token(
+            token, node=node, public_key=public_key, cluster=cluster
+        )
+    except JoinRefused as exc:
+        log.warning("join of node %s refused: %s", node, exc)
+        raise ForbiddenError(str(exc), field="token") from None
+    if authority.federation.cluster(enrolled) is None:
+        # The token outlived its cluster (the federation file changed): undo the enrolment.
+        await identities.revoke_node(node)
+        raise ForbiddenError(
+            f"join token is for cluster {enrolled!r}, which this hub no longer has", field="token"
+        )
+    try:
+        await authority.apply(identities.node_credentials)
+    except Exception as exc:  # recorded all the same: the sync loop applies it at its next pass
+        log.error("node %s enrolled, but NATS authorization not applied yet: %s", node, exc)
+    log.info("node %s enrolled in cluster %s", node, enrolled)
+    return web.json_response(
+        {
+            "node": node,
+            "cluster": enrolled,
+            "nats_url": authority.agent_url(enrolled),
+            "subject_prefix": authority.subject_prefix(enrolled),
+            "inbox_prefix": authority.inbox_prefix(enrolled, node),
+        },
+        status=201,
+    )
+
+
+@routes.delete("/v1/nodes/{name}")
+async def revoke_node(request: web.Request) -> web.Response:
+    """Revoke a node's NATS credentials; 202 with the node (it goes NotReady as its lease ends)."""
+    hub = request.app[HUB]
+    identities = request.app[IDENTITIES]
+    name = request.match_info["name"]
+    row = await hub.store.get_node(name)
+    revoked = await identities.revoke_node(name)
+    if row is None and not revoked:
+        raise NotFoundError(f"node {name!r} not found", field="name")
+    authority = request.app.get(NATS_AUTHORITY)
+    if authority is not None:
+        await authority.apply(identities.node_credentials)
+    live = hub.nodes.get(name)
+    if live is not None and hub.settings.require_enrolment:
+        # It can neither heartbeat nor register again: end its lease now rather than in
+        # lease_missed_heartbeats intervals, so that its work is placed again at once.
+        live.lease_s = 0.0
+        hub.wake()
+    if row is None:
+        body: dict[str, Any] = {"name": name}
+    else:
+        config = hub.federation.cluster(row.cluster)
+        body = node_json(row, region=config.region if config else "", allocated=hub.allocated(name))
+    body["credentials"] = "revoked"
+    return web.json_response(body, status=202)

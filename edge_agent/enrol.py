@@ -1,0 +1,138 @@
+"""The agent's NATS identity: enrolment with a join token, and its credentials file.
+
+``edge-agent run --join TOKEN --hub URL`` makes an nkey here (the seed never leaves this machine),
+sends its public key with the token to the hub's ``POST /v1/join``, and keeps what the hub
+answers with the seed in ``<work_dir>/credentials.json`` (0600); later starts reuse that file.
+``--credentials FILE`` takes a file made by ``controlplane agent-credentials create`` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from controlplane.bus.credentials import new_user_seed, public_key_of, write_private
+from controlplane.errors import ConfigError
+
+__all__ = ["CREDENTIALS_FILE", "AgentCredentials", "JoinError", "join", "load_credentials"]
+
+CREDENTIALS_FILE = "credentials.json"
+_FIELDS = ("node", "cluster", "seed", "nats_url", "subject_prefix", "inbox_prefix")
+
+
+class JoinError(Exception):
+    """The hub refused the join, or could not be reached; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentCredentials:
+    """Who this agent is on NATS. ``nats_url`` may be empty (then ``--nats`` or the config)."""
+
+    node: str
+    cluster: str
+    seed: str = field(repr=False)
+    nats_url: str
+    subject_prefix: str
+    inbox_prefix: str
+
+    @property
+    def public_key(self) -> str:
+        return public_key_of(self.seed)
+
+    def save(self, path: Path) -> None:
+        write_private(path, json.dumps({"v": 1, **asdict(self)}, indent=2) + "\n")
+
+
+def load_credentials(path: Path) -> AgentCredentials:
+    """Read a credentials file; ConfigError (file, key, reason) when it is unusable."""
+    source = str(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(source, "<file>", f"cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ConfigError(source, "<file>", f"not JSON: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("v") != 1:
+        raise ConfigError(source, "v", "not an edgeplane credentials file (version 1)")
+    values: dict[str, str] = {}
+    for key in _FIELDS:
+        value = raw.get(key, "")
+        if not isinstance(value, str) or (not value and key != "nats_url"):
+            raise ConfigError(source, key, "is required and must be a string")
+        values[key] = value
+    try:
+        public_key_of(values["seed"])
+    except ValueError as exc:
+        raise ConfigError(source, "seed", str(exc)) from None
+    if path.stat().st_mode & 0o077:
+        raise ConfigError(source, "<file>", "holds a secret but others may read it: chmod 600 it")
+    return AgentCredentials(**values)
+
+
+async def join(
+    hub_url: str,
+    token: str,
+    *,
+    node: str,
+    cluster: str | None = None,
+    timeout_s: float = 30.0,
+    ssl_context: ssl.SSLContext | None = None,
+) -> AgentCredentials:
+    """Enrol with the hub; the new credentials (not saved). Raises JoinError with the reason.
+
+    A hub that cannot be reached yet is retried until ``timeout_s``; a refusal is final (a join
+    token is single-use: asking again would not help).
+    """
+    seed = new_user_seed()
+    body: dict[str, Any] = {"token": token, "node": node, "public_key": public_key_of(seed)}
+    if cluster is not None:
+        body["cluster"] = cluster
+    url = hub_url.rstrip("/") + "/v1/join"
+    deadline = time.monotonic() + timeout_s
+    delay = 0.2
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        while True:
+            try:
+                async with session.post(url, json=body, ssl=ssl_context or True) as response:
+                    reply = await _json(response)
+                    if response.status != 201:
+                        raise JoinError(f"the hub refused the join ({response.status}): {_reason(reply)}")
+                    break
+            except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+                if isinstance(exc, aiohttp.ClientSSLError) or time.monotonic() + delay > deadline:
+                    raise JoinError(
+                        f"cannot reach the hub at {hub_url}: {exc or type(exc).__name__}"
+                    ) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+    try:
+        return AgentCredentials(
+            node=str(reply["node"]),
+            cluster=str(reply["cluster"]),
+            seed=seed,
+            nats_url=str(reply["nats_url"]),
+            subject_prefix=str(reply["subject_prefix"]),
+            inbox_prefix=str(reply["inbox_prefix"]),
+        )
+    except (KeyError, TypeError):
+        raise JoinError(f"the hub's answer is not a join reply: {str(reply)[:200]}") from None
+
+
+async def _json(response: aiohttp.ClientResponse) -> Any:
+    try:
+        return await response.json(content_type=None)
+    except ValueError:
+        return {"error": {"message": (await response.text())[:200]}}
+
+
+def _reason(reply: Any) -> str:
+    if isinstance(reply, dict) and isinstance(reply.get("error"), dict):
+        return str(reply["error"].get("message", reply))
+    return str(reply)[:200]
