@@ -7,7 +7,9 @@ from typing import Any
 
 from aiohttp import web
 
+from controlplane.api.auth import principal_of
 from controlplane.api.keys import HUB
+from controlplane.api.redact import redact
 from controlplane.api.request import int_query, json_body
 from controlplane.api.views import iso
 from controlplane.errors import NotFoundError, ValidationError
@@ -39,19 +41,21 @@ async def register_function(request: web.Request) -> web.Response:
         if hub.federation.cluster(cluster) is None:
             raise ValidationError(f"unknown cluster {cluster!r}", field="affinity.clusters")
     stored, created = await hub.functions.register(spec)
-    return web.json_response(hub.functions.function_json(stored.name), status=201 if created else 200)
+    body = redact(hub.functions.function_json(stored.name), principal_of(request))
+    return web.json_response(body, status=201 if created else 200)
 
 
 @routes.get("/v1/functions")
 async def list_functions(request: web.Request) -> web.Response:
     functions = request.app[HUB].functions
     items = [functions.function_json(name) for name in sorted(functions.specs) if functions.specs[name]]
-    return web.json_response({"items": items, "total": len(items)})
+    return web.json_response(redact({"items": items, "total": len(items)}, principal_of(request)))
 
 
 @routes.get("/v1/functions/{name}")
 async def get_function(request: web.Request) -> web.Response:
-    return web.json_response(request.app[HUB].functions.function_json(request.match_info["name"]))
+    body = request.app[HUB].functions.function_json(request.match_info["name"])
+    return web.json_response(redact(body, principal_of(request)))
 
 
 @routes.delete("/v1/functions/{name}")
@@ -115,7 +119,10 @@ async def get_invocation(request: web.Request) -> web.Response:
         row = await s.get(InvocationRow, invocation_id)
     if row is None:
         raise NotFoundError(f"invocation {invocation_id!r} not found", field="id")
-    return web.json_response(_invocation_json(row))
+    body = _invocation_json(row)
+    # Only the error is the hub's to redact (its traceback); the result is the caller's data.
+    body["error"] = redact(body["error"], principal_of(request))
+    return web.json_response(body)
 
 
 def _invocation_json(row: InvocationRow) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import time
 
 import aiohttp
 import pytest
-from harness import running_hub
+from harness import PYTHON_FUNCTIONS, running_agents, running_hub, wait_for
 
 from controlplane.api.auth import AuthSettings
 from controlplane.hub.runner import start_hub
@@ -248,6 +248,35 @@ async def test_env_values_are_masked_for_callers_without_admin(nats_server, sqli
             assert status == 200 and "hunter2" not in json.dumps(seen), path
         shown = await api.workload(created["id"])  # the harness's admin token
         assert shown["spec"]["env"] == {"DB_PASSWORD": "hunter2", "MODE": "fast"}
+
+
+async def test_function_env_and_tracebacks_are_shown_only_to_scopes_that_may_see_them(
+    nats_server, sqlite_url, tmp_path
+):
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (running, api),
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS),
+    ):
+        source = "def handle(e, c):\n    raise ValueError('no')\n"
+        fn = {"name": "boom", "source": source, "handler": "handle", "env": {"API_KEY": "s3cret"}}
+        status, registered = await api.call("POST", "/v1/functions", fn)
+        assert status == 201 and registered["spec"]["env"] == {"API_KEY": "s3cret"}  # admin sees it
+        identities = IdentityStore(running.hub.store)
+        reader = await identities.create_api_token("reader", ["read"])
+        deployer = await identities.create_api_token("deployer", ["functions", "read"])
+        for path in ("/v1/functions/boom", "/v1/functions"):
+            status, _, seen = await _raw("GET", running.url + path, headers=_bearer(reader.token))
+            assert status == 200 and "s3cret" not in json.dumps(seen) and "API_KEY" in json.dumps(seen)
+        status, queued = await api.call("POST", "/v1/functions/boom/invoke?async=1", {"x": 1})
+        assert status == 202
+        path = f"/v1/invocations/{queued['invocation_id']}"
+        done = await wait_for(lambda: api.get(path), lambda i: i["status"] in ("Succeeded", "Failed"))
+        assert done["status"] == "Failed" and "Traceback" in done["error"]["traceback"]
+        status, _, as_reader = await _raw("GET", running.url + path, headers=_bearer(reader.token))
+        assert status == 200 and as_reader["error"]["type"] == "ValueError"
+        assert "traceback" not in as_reader["error"]
+        status, _, as_deployer = await _raw("GET", running.url + path, headers=_bearer(deployer.token))
+        assert status == 200 and "Traceback" in as_deployer["error"]["traceback"]
 
 
 def test_a_bad_tls_option_fails_at_start_in_one_line(tmp_path):
