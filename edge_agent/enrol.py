@@ -108,7 +108,7 @@ async def join(
             except (aiohttp.ClientConnectionError, TimeoutError) as exc:
                 if isinstance(exc, aiohttp.ClientSSLError) or time.monotonic() + delay > deadline:
                     raise JoinError(
-                        f"cannot reach the hub at {hub_url}: {exc or type(exc).__name__}"
+                        f"cannot reach the hub at {hub_url}: {str(exc) or type(exc).__name__}"
                     ) from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)

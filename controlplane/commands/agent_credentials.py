@@ -19,7 +19,6 @@ __all__ = ["configure", "run"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_store_arguments(parser)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     verbs.required = True
     create = verbs.add_parser("create", help="enrol a node and write its credentials file (0600)")
@@ -29,6 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     create.add_argument(
         "--nats", help="NATS URL written into the file (default: the cluster's nats_url; else give --nats)"
     )
+    add_store_arguments(parser, create)
 
 
 def run(args: argparse.Namespace) -> int:

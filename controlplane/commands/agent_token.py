@@ -20,12 +20,12 @@ DEFAULT_TTL = "1h"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_store_arguments(parser)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     verbs.required = True
     create = verbs.add_parser("create", help="create a join token and print it once")
     create.add_argument("--cluster", help="the cluster the node joins (default: the federation's default)")
     create.add_argument("--ttl", default=DEFAULT_TTL, help=f"lifetime, e.g. 10m, 1h (default {DEFAULT_TTL})")
+    add_store_arguments(parser, create)
 
 
 def run(args: argparse.Namespace) -> int:

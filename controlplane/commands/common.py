@@ -44,15 +44,31 @@ __all__ = [
 HUB_SEED_FILE = "hub.nkey"
 
 
-def add_store_arguments(parser: argparse.ArgumentParser) -> None:
-    """--database-url, --data-dir and --federation, for the commands that work on the store."""
-    parser.add_argument(
-        "--database-url",
-        default=os.environ.get("EDGEPLANE_DATABASE_URL"),
-        help="SQLAlchemy URL (env EDGEPLANE_DATABASE_URL; default SQLite in --data-dir)",
-    )
-    parser.add_argument("--data-dir", default=".edgeplane", help="where the SQLite store lives")
-    parser.add_argument("--federation", help="federation config file (default: one cluster named 'default')")
+def add_store_arguments(
+    parser: argparse.ArgumentParser, *verbs: argparse.ArgumentParser, federation: bool = True
+) -> None:
+    """--database-url, --data-dir (and --federation), for the commands that work on the store.
+
+    Given ``verbs`` (subcommand parsers), the options are accepted after the verb too
+    (``token create --data-dir X``) as well as before it; a value after the verb wins.
+    """
+    defaults: dict[str, object] = {
+        "--database-url": os.environ.get("EDGEPLANE_DATABASE_URL"),
+        "--data-dir": ".edgeplane",
+        "--federation": None,
+    }
+    helps = {
+        "--database-url": "SQLAlchemy URL (env EDGEPLANE_DATABASE_URL; default SQLite in --data-dir)",
+        "--data-dir": "where the SQLite store lives",
+        "--federation": "federation config file (default: one cluster named 'default')",
+    }
+    for target in (parser, *verbs):
+        for option, value in defaults.items():
+            if option == "--federation" and not federation:
+                continue
+            # On a verb the default is SUPPRESS: an option not given there keeps the parent's value.
+            default = value if target is parser else argparse.SUPPRESS
+            target.add_argument(option, default=default, help=helps[option])
 
 
 def add_hub_arguments(parser: argparse.ArgumentParser) -> None:

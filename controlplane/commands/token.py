@@ -9,21 +9,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from pathlib import Path
+
+from controlplane.commands.common import add_store_arguments
 
 __all__ = ["configure", "run"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--database-url",
-        default=os.environ.get("EDGEPLANE_DATABASE_URL"),
-        help="SQLAlchemy URL (env EDGEPLANE_DATABASE_URL; default SQLite in --data-dir)",
-    )
-    parser.add_argument("--data-dir", default=".edgeplane", help="where the SQLite store lives")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     verbs.required = True
     create = verbs.add_parser("create", help="create a token and print it once")
@@ -39,6 +34,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     revoke = verbs.add_parser("revoke", help="revoke a token by id, or every token of a name")
     revoke.add_argument("token", metavar="ID_OR_NAME")
+    listing = verbs.choices["list"]
+    add_store_arguments(parser, create, listing, revoke, federation=False)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,9 +17,13 @@ from typing import Any, TypeVar
 import aiohttp
 
 from controlplane.api.auth import AuthSettings
+from controlplane.bus.authority import NatsAuthority
+from controlplane.bus.credentials import ensure_seed, public_key_of
+from controlplane.bus.nats_auth import ServerTls
 from controlplane.federation.config import FederationConfig, single_cluster
 from controlplane.hub.runner import RunningHub, start_hub
 from controlplane.hub.service import HubSettings
+from controlplane.natsd import NatsServer
 from controlplane.store.identities import IdentityStore
 from edge_agent.agent import Agent
 from edge_agent.config import AgentConfig
@@ -97,6 +101,50 @@ def hub_settings(nats_url: str, federation: FederationConfig | None = None, **ov
     return HubSettings(**values)
 
 
+@dataclass
+class SecuredNats:
+    """A nats-server that admits the hub's nkey and enrolled nodes only (as ``controlplane up``'s)."""
+
+    server: NatsServer
+    authority: NatsAuthority
+    hub_seed: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def hub_overrides(self) -> dict[str, Any]:
+        """running_hub's keyword arguments for a hub that authenticates and enrols on this server."""
+        return {"nats_authority": self.authority, "nats_seed": self.hub_seed, "require_enrolment": True}
+
+
+@contextlib.contextmanager
+def secured_nats(
+    data_dir: Path, federation: FederationConfig | None = None, *, tls: ServerTls | None = None
+) -> Iterator[SecuredNats]:
+    """A real nats-server started from the generated configuration (the hub's key only, at first)."""
+    seed = ensure_seed(data_dir / "hub.nkey")
+    config = data_dir / "nats-server.conf"
+    server = NatsServer(
+        log_file=data_dir / "nats-server.log", config_file=config, scheme="tls" if tls else "nats"
+    )
+    authority = NatsAuthority(
+        config_path=config,
+        hub_public_key=public_key_of(seed),
+        federation=federation or single_cluster(),
+        nats_url=server.url,
+        listen=(server.host, server.port),
+        tls=tls,
+        server=server,
+    )
+    authority.write([])
+    server.start()
+    try:
+        yield SecuredNats(server, authority, seed)
+    finally:
+        server.stop()
+
+
 @contextlib.asynccontextmanager
 async def running_hub(
     nats_url: str,
@@ -104,15 +152,19 @@ async def running_hub(
     federation: FederationConfig | None = None,
     *,
     auth: AuthSettings | None = None,
+    nats_authority: NatsAuthority | None = None,
     **overrides: Any,
 ) -> AsyncIterator[tuple[RunningHub, Api]]:
-    """A hub with its API; the client sends an admin token (``Api.session``'s default header)."""
+    """A hub with its API; the client sends an admin token (``Api.session``'s default header).
+
+    ``nats_authority``: the hub enrols nodes (``POST /v1/join``) and keeps that server's users."""
     running = await start_hub(
         hub_settings(nats_url, federation, **overrides),
         database_url=database_url,
         host="127.0.0.1",
         port=0,
         auth=auth,
+        nats_authority=nats_authority,
     )
     try:
         admin = await IdentityStore(running.hub.store).create_api_token("test-admin", ["admin"])
@@ -158,6 +210,9 @@ _PASS_THROUGH = {
     "node_type",
     "run_as",
     "pids_max",
+    "nats_seed",
+    "inbox_prefix",
+    "nats_tls",
 }
 
 
