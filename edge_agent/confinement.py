@@ -33,7 +33,6 @@ import pwd
 import re
 import shutil
 import signal
-import site
 import stat
 import subprocess
 import sys
@@ -71,6 +70,9 @@ AS_AGENT = ("", "agent")  # run_as values that mean "the agent's own user" (an e
 # 0x6FFFFFFF), below 2^31. A gid named in the group database is skipped.
 PRIVATE_GIDS = range(0x7000_0000, 0x7000_0000 + 2**20)
 SANDBOX_FALLBACK = Path("/var/lib/edgeplane/sandboxes")
+# The function worker (stdlib only), installed as a script where the run user can read it.
+WORKER_SOURCE = Path(__file__).resolve().parent / "functions" / "worker.py"
+RUNTIME_DIR = ".runtime"  # in the sandbox root; unit names cannot start with a dot
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -581,13 +583,32 @@ class Confinement:
         kept = {_unit_name(k) for k in keep}
         with contextlib.suppress(OSError):
             for path in self.sandbox_root.iterdir():
-                if path.name not in kept and path.is_dir() and not path.is_symlink():
+                if path.name in kept or path.name == RUNTIME_DIR:
+                    continue
+                if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path, ignore_errors=True)
 
     def shutdown(self) -> None:
         """The agent stops, and its units with it: their groups and work dirs go, function code too."""
         self.groups.close()
         shutil.rmtree(self.sandbox_root, ignore_errors=True)
+
+    def worker_script(self) -> Path:
+        """The function worker as a script the run user can read, (re)installed when missing or
+        stale: the edgeplane package itself may sit where that user cannot go (a checkout under
+        /root, a 0700 temporary directory). Owned by the agent, read-only to units."""
+        folder = self.sandbox_root / RUNTIME_DIR
+        script = folder / "worker.py"
+        text = WORKER_SOURCE.read_text(encoding="utf-8")
+        with contextlib.suppress(OSError):
+            if script.read_text(encoding="utf-8") == text:
+                return script
+        self._make_dir(folder, 0o711)
+        staged = folder / f".worker.{os.getpid()}.tmp"
+        staged.write_text(text, encoding="utf-8")
+        os.chmod(staged, 0o644)
+        os.replace(staged, script)
+        return script
 
     def worker_env(self) -> dict[str, str]:
         """Variables a Python function worker needs in a clean environment."""
@@ -599,14 +620,12 @@ class Confinement:
 
 def python_blocked_for(run_user: RunUser) -> str | None:
     """Why ``run_user`` (with a private gid: its own groups do not count) cannot run this
-    interpreter with the edge_agent package, or None."""
+    interpreter and its standard library, or None. (The worker needs nothing else: it runs as a
+    script the agent installs, see :meth:`Confinement.worker_script`.)"""
     assert run_user.uid is not None
     uid, gids = run_user.uid, set[int]()
-    worker = Path(__file__).resolve().parent / "functions" / "worker.py"
-    return (
-        blocked_at(Path(sys.executable), uid=uid, gids=gids, bits=5)
-        or blocked_at(Path(os.__file__).parent, uid=uid, gids=gids, bits=5)
-        or blocked_at(worker, uid=uid, gids=gids, bits=4)
+    return blocked_at(Path(sys.executable), uid=uid, gids=gids, bits=5) or blocked_at(
+        Path(os.__file__).parent, uid=uid, gids=gids, bits=5
     )
 
 
@@ -614,8 +633,8 @@ def python_blocked_for(run_user: RunUser) -> str | None:
 class WorkerPython:
     """The interpreter function workers run: ``kind`` "yes" for the agent's own, "other" for one
     of the same version the run user can run where it cannot run the agent's (an interpreter
-    under /root); ``path``: the ``PYTHONPATH`` it needs (the edge_agent package, and for another
-    interpreter the agent's site-packages too, so handlers import what the agent's could)."""
+    under /root); ``path``: the ``PYTHONPATH`` it needs (for another interpreter, the agent's
+    site-packages where the run user can read them, so handlers import what the agent's could)."""
 
     executable: str
     path: tuple[str, ...] = ()
@@ -625,27 +644,22 @@ class WorkerPython:
 def worker_python(run_user: RunUser | None) -> tuple[WorkerPython | None, str | None]:
     """The interpreter function workers of ``run_user`` run (None: they cannot), and why the
     agent's own was not usable (None when it is)."""
-    parent = Path(__file__).resolve().parent.parent
-    site_dirs = {Path(p).resolve() for p in site.getsitepackages()}
-    own_path = () if parent in site_dirs else (str(parent),)  # a checkout or an editable install
     if run_user is None or not run_user.drops:
-        return WorkerPython(sys.executable, own_path), None
+        return WorkerPython(sys.executable), None
     why = python_blocked_for(run_user)
     if why is None:
-        return WorkerPython(sys.executable, own_path), None
+        return WorkerPython(sys.executable), None
     assert run_user.uid is not None
     uid, gids = run_user.uid, set[int]()
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     other = shutil.which(version, path=MINIMAL_PATH)
-    worker = Path(__file__).resolve().parent / "functions" / "worker.py"
     if (
         other is None
         or Path(other).resolve() == Path(sys.executable).resolve()
         or blocked_at(Path(other), uid=uid, gids=gids, bits=5) is not None
-        or blocked_at(worker, uid=uid, gids=gids, bits=4) is not None
     ):
         return None, why
     paths = sysconfig.get_paths()
     extra = [Path(paths[key]) for key in ("purelib", "platlib")]
     usable = [str(p) for p in extra if p.is_dir() and blocked_at(p, uid=uid, gids=gids, bits=5) is None]
-    return WorkerPython(other, tuple(dict.fromkeys([str(parent), *usable])), "other"), why
+    return WorkerPython(other, tuple(dict.fromkeys(usable)), "other"), why

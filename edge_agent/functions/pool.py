@@ -126,8 +126,7 @@ class FunctionPool:
         assert self.confinement.python is not None  # else unavailable() said so
         argv = [
             self.confinement.python.executable,
-            "-m",
-            "edge_agent.functions.worker",
+            str(self.confinement.worker_script()),
             "--concurrency",
             str(code.max_concurrency),
         ]

@@ -9,8 +9,9 @@ result that is not strict JSON (NaN, Infinity, a set, ...) is the error ``{"type
 The protocol uses the process's original stdout; the handler's own prints go to stderr (the log).
 A ``runtime: command`` function is any long-lived program that speaks this protocol.
 
-Usage: ``python -m edge_agent.functions.worker (--source FILE --handler NAME | --handler mod:fn [--path DIR])
-[--concurrency N]``
+Usage: ``python worker.py (--source FILE --handler NAME | --handler mod:fn [--path DIR]) [--concurrency N]``
+(or ``python -m edge_agent.functions.worker``). Standard library only: the agent runs a copy of
+this file (``Confinement.worker_script``) that the run user can read wherever edgeplane lives.
 """
 
 from __future__ import annotations

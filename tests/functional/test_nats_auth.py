@@ -428,7 +428,7 @@ async def test_an_agent_process_joins_once_and_keeps_its_credentials(
         )
         assert rendered.returncode == 0, rendered.stderr
         assert public_key_of(stored["seed"]) in rendered.stdout and "allow_responses" in rendered.stdout
-        assert "SU" not in rendered.stdout  # public keys only
+        assert stored["seed"] not in rendered.stdout and secured.hub_seed not in rendered.stdout
 
         refused = await _run(
             [*command, "--work-dir", str(tmp_path / "edge-2"), "--name", "edge-2", "--join", token,

@@ -177,7 +177,35 @@ def test_python_workers_use_another_interpreter_of_the_version_only_where_the_ru
     monkeypatch.setattr(confinement.shutil, "which", lambda name, path: "/bin/sh")  # any reachable binary
     python, why = worker_python(nobody)
     assert python is not None and (python.executable, python.kind) == ("/bin/sh", "other")
-    assert str(Path(confinement.__file__).resolve().parents[1]) == python.path[0] and why
+    assert why and all(Path(entry).is_dir() for entry in python.path)
+
+
+def test_the_worker_is_a_standard_library_script_installed_where_the_run_user_can_read_it():
+    import ast
+
+    tree = ast.parse(confinement.WORKER_SOURCE.read_text())
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            imported.add(node.module.split(".")[0])
+    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    root = Path(tempfile.mkdtemp(prefix="edgeplane-sandbox-"))
+    try:
+        root.chmod(0o711)
+        nobody = RunUser("nobody", 65534, 65534)
+        confined = confinement.Confinement(sandbox_root=root / "sandboxes", run_user=nobody)
+        script = confined.worker_script()
+        assert script.read_text() == confinement.WORKER_SOURCE.read_text()
+        assert oct(script.stat().st_mode & 0o777) == oct(0o644)
+        assert blocked_at(script, uid=65534, gids=set(), bits=4) is None
+        confined.prune(keep=set())  # stale units go; the runtime stays
+        assert script.exists()
+        script.write_text("tampered")
+        assert confined.worker_script().read_text() == confinement.WORKER_SOURCE.read_text()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_run_as_and_pids_max_are_settings_with_secure_defaults(tmp_path):
