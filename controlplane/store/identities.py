@@ -153,7 +153,14 @@ class IdentityStore:
                 cred.public_key = public_key
                 cred.created_at = now
                 cred.revoked_at = None
-            self.store.add_event(session, "NodeEnrolled", "node", node, f"enrolled in cluster {row.cluster}")
+            self.store.add_event(
+                session,
+                "NodeEnrolled",
+                "node",
+                node,
+                f"enrolled in cluster {row.cluster} with join token {ident}",
+                {"cluster": row.cluster, "public_key": public_key, "join_token_id": ident},
+            )
             return row.cluster
 
     async def node_credentials(self) -> list[NodeCredentialRow]:

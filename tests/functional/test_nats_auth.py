@@ -253,7 +253,7 @@ async def test_a_node_cannot_register_as_another_or_lie_about_itself(secured: Se
 async def test_join_tokens_are_single_use_short_lived_and_bound_to_their_cluster(
     secured: SecuredNats, sqlite_url
 ):
-    async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (running, _):
+    async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (running, api):
         identities = IdentityStore(running.hub.store)
         token = await identities.create_join_token("default", 60.0)
         key = public_key_of(new_user_seed())
@@ -285,6 +285,10 @@ async def test_join_tokens_are_single_use_short_lived_and_bound_to_their_cluster
         # The unused token still works after all these refusals.
         status, reply = await _join(running.url, {**again, "token": fresh.token})
         assert status == 201 and reply["node"] == "n2"
+        audited = (await api.get("/v1/events?kind=NodeEnrolled"))["items"]
+        assert [(e["object_id"], e["data"]["join_token_id"]) for e in audited] == [
+            ("n1", token.id), ("n2", fresh.id)
+        ]  # fmt: skip
 
 
 async def test_a_revoked_node_is_dropped_and_cannot_connect_again(secured: SecuredNats, sqlite_url, tmp_path):
