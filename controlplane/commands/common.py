@@ -9,11 +9,11 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
 from controlplane.errors import ConfigError
 from controlplane.federation.config import FederationConfig, load_federation, single_cluster
 from controlplane.store.db import sqlite_url
+from controlplane.urls import mask_url
 
 if TYPE_CHECKING:
     from controlplane.api.auth import AuthSettings
@@ -253,21 +253,6 @@ def nats_setup(args: argparse.Namespace, data_dir: Path, federation: FederationC
 
 
 ADMIN_TOKEN_FILE = "admin.token"
-
-
-def mask_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (for banners and logs)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def api_auth(args: argparse.Namespace) -> AuthSettings:

@@ -72,7 +72,13 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"controlplane up: configuration error: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_up(args, federation, auth, ssl_context, nats))
+    from controlplane.bus.hub_bus import NatsUnavailableError
+
+    try:
+        return asyncio.run(_up(args, federation, auth, ssl_context, nats))
+    except NatsUnavailableError as exc:  # unreachable, or our credentials refused: one line
+        print(f"controlplane up: {exc}", file=sys.stderr)
+        return 1
 
 
 async def _enrolment(

@@ -441,3 +441,16 @@ async def test_an_agent_process_joins_once_and_keeps_its_credentials(
         assert (
             refused.returncode == 1 and "join failed" in refused.stderr and "already used" in refused.stderr
         )
+
+
+async def test_a_hub_whose_key_the_server_refuses_stops_at_once_with_one_line(secured: SecuredNats, tmp_path):
+    started = time.monotonic()
+    result = await _run(
+        [sys.executable, "-m", "controlplane.cli", "serve", "--nats", secured.url, "--port", "0",
+         "--data-dir", str(tmp_path / "hub"), "--log-level", "ERROR"]
+    )  # fmt: skip
+    assert result.returncode == 1 and time.monotonic() - started < 20
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused this client" in lines[0] and "Authorization Violation" in lines[0], (
+        lines
+    )
