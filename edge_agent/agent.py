@@ -424,9 +424,20 @@ class Agent:
             log.exception("invocation %s failed in the agent", request.invocation_id)
             error = {"type": type(exc).__name__, "message": str(exc), "code": "agent_error"}
             result = InvokeResultV1(invocation_id=request.invocation_id, ok=False, error=error)
-        if msg.reply:
-            with contextlib.suppress(Exception):
-                await msg.respond(encode(result))
+        if not msg.reply:
+            return
+        payload = encode(result)
+        limit = self._nc.max_payload if self._nc is not None and self._nc.max_payload > 0 else 0
+        if limit and len(payload) > limit:
+            # The reply cannot cross the bus: say so, instead of leaving the caller to time out.
+            error = {
+                "type": "ResultTooLarge",
+                "code": "result_too_large",
+                "message": f"the result is {len(payload)} bytes encoded; one NATS message carries {limit}",
+            }
+            payload = encode(dataclasses.replace(result, ok=False, result=None, error=error))
+        with contextlib.suppress(Exception):
+            await msg.respond(payload)
 
     async def _on_prewarm(self, msg: Msg) -> None:
         try:

@@ -599,7 +599,8 @@ _PATHS: dict[str, Any] = {
                 "422": _ERROR,
                 "502": _json(
                     _ref("Error"),
-                    "The handler failed, or its result is not strict JSON (code bad_result: NaN, Infinity)",
+                    "The handler failed, or its result is not strict JSON (code bad_result: NaN, Infinity) "
+                    "or too large for one NATS message (code result_too_large)",
                 ),
                 "503": _ERROR,
                 "504": _ERROR,

@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 
 __all__ = ["FunctionService", "InvocationOutcome", "ServerlessSettings"]
 
+# Error codes of invocations whose handler ran to its end: their timings are the function's own.
+_RAN_TO_THE_END = ("function_error", "bad_result", "result_too_large")
+
 log = logging.getLogger("edgeplane.hub.functions")
 
 # Time allowed on top of a function's timeout for a cold start and the network.
@@ -463,7 +466,11 @@ class FunctionService:
         outcome.queue_ms = result.queue_ms
         outcome.exec_ms = result.exec_ms
         agent_ms = result.cold_start_ms + result.queue_ms + result.exec_ms
-        if result.error is None or result.error.get("code") in ("function_error", "bad_result"):
+        if result.error is None or result.error.get("code") in (
+            "function_error",
+            "bad_result",
+            "result_too_large",
+        ):
             self.estimates.observe(
                 spec.name,
                 node,

@@ -173,6 +173,14 @@ class FunctionPool:
                     preexec_fn=self.confinement.preexec(sandbox, memory_bytes=None),
                     limit=16 * 2**20,
                 )
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            self.confinement.close(sandbox)
+            if code.runtime != "command":
+                raise
+            # A command naming a missing or non-executable program: the function's fault.
+            why = exc.strerror or str(exc)
+            error = {"type": type(exc).__name__, "message": f"cannot start {code.command[0]!r}: {why}"}
+            raise _InitError(error) from None
         except BaseException:
             self.confinement.close(sandbox)
             raise
@@ -296,7 +304,10 @@ class FunctionPool:
             may_start = request.allow_cold or not busy
             if may_start and self._make_room(code.memory):
                 cold = True
-                instance = await self._spawn(code, request.keep_alive_s)
+                try:
+                    instance = await self._spawn(code, request.keep_alive_s)
+                except _InitError as exc:
+                    return self._result(request, begin, error=exc.error | {"code": "init_error"}, cold=True)
                 try:
                     await asyncio.wait_for(
                         asyncio.shield(instance.ready), timeout=max(0.01, deadline - time.perf_counter())

@@ -325,6 +325,38 @@ async def test_a_handler_result_that_is_not_strict_json_is_a_structured_502(
         assert invocation["status"] == "Failed" and invocation["error"]["code"] == "bad_result"
 
 
+async def test_a_result_too_large_for_the_bus_is_a_structured_502_not_a_timeout(
+    nats_server, sqlite_url, tmp_path
+):
+    source = "def handle(event, context):\n    return 'x' * int(event)\n"
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (_, api),
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS),
+    ):
+        body = {"name": "big", "source": source, "handler": "handle", "timeout_s": 20}
+        assert (await api.call("POST", "/v1/functions", body))[0] == 201
+        started = time.monotonic()
+        status, reply = await api.call("POST", "/v1/functions/big/invoke", 2_000_000)
+        assert status == 502 and reply["error"]["code"] == "result_too_large", reply
+        assert time.monotonic() - started < 10, "answered at once, not at the function's timeout"
+        status, reply = await api.call("POST", "/v1/functions/big/invoke", 1000)
+        assert status == 200 and reply == "x" * 1000  # the instance still serves
+
+
+async def test_a_command_function_whose_program_is_missing_is_an_init_error(
+    nats_server, sqlite_url, tmp_path
+):
+    body = {"name": "ghost", "runtime": "command", "command": ["/nonexistent/edgeplane-handler"]}
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (_, api),
+        running_agents(nats_server.url, tmp_path, ["f1"]),
+    ):
+        assert (await api.call("POST", "/v1/functions", body))[0] == 201
+        status, reply = await api.call("POST", "/v1/functions/ghost/invoke", {})
+        assert status == 502 and reply["error"]["code"] == "init_error", reply
+        assert "/nonexistent/edgeplane-handler" in reply["error"]["message"]
+
+
 async def test_the_hub_refuses_a_non_strict_result_even_from_an_agent_that_sends_one():
     service = FunctionService(SimpleNamespace())  # type: ignore[arg-type]
     spec = FunctionSpec.parse(ECHO)
