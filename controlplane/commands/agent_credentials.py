@@ -13,7 +13,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from controlplane.commands.common import add_store_arguments, database_url, federation_from
+from controlplane.commands.common import add_store_arguments, chosen_cluster, database_url
 
 __all__ = ["configure", "run"]
 
@@ -37,16 +37,11 @@ def run(args: argparse.Namespace) -> int:
 
     prog = "controlplane agent-credentials"
     try:
-        federation = federation_from(args)
+        config = chosen_cluster(args)
     except ConfigError as exc:
         print(f"{prog}: configuration error: {exc}", file=sys.stderr)
         return 2
-    cluster = args.cluster or federation.default_cluster
-    config = federation.cluster(cluster)
-    if config is None:
-        known = ", ".join(c.name for c in federation.clusters)
-        print(f"{prog}: --cluster: unknown cluster {cluster!r} (known: {known})", file=sys.stderr)
-        return 2
+    cluster = config.name
     if not valid_token(args.name):
         print(f"{prog}: --name: must match [A-Za-z0-9_-]{{1,63}}, got {args.name!r}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ import asyncio
 import sys
 import time
 
-from controlplane.commands.common import add_store_arguments, database_url, federation_from
+from controlplane.commands.common import add_store_arguments, chosen_cluster, database_url
 
 __all__ = ["configure", "run"]
 
@@ -33,18 +33,9 @@ def run(args: argparse.Namespace) -> int:
     from controlplane.errors import ConfigError
 
     try:
-        federation = federation_from(args)
+        cluster = chosen_cluster(args).name
     except ConfigError as exc:
         print(f"controlplane agent-token: configuration error: {exc}", file=sys.stderr)
-        return 2
-    cluster = args.cluster or federation.default_cluster
-    if federation.cluster(cluster) is None:
-        known = ", ".join(c.name for c in federation.clusters)
-        source = args.federation or "<default federation>"
-        print(
-            f"controlplane agent-token: {source}: --cluster: unknown cluster {cluster!r} (known: {known})",
-            file=sys.stderr,
-        )
         return 2
     try:
         ttl = parse_ttl(args.ttl)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controlplane.errors import ConfigError
-from controlplane.federation.config import FederationConfig, load_federation, single_cluster
+from controlplane.federation.config import ClusterConfig, FederationConfig, load_federation, single_cluster
 from controlplane.store.db import sqlite_url
 from controlplane.urls import mask_url
 
@@ -32,6 +32,7 @@ __all__ = [
     "api_auth",
     "api_ssl_context",
     "check_function_policy",
+    "chosen_cluster",
     "database_url",
     "ensure_admin_token",
     "federation_from",
@@ -155,6 +156,19 @@ def federation_from(args: argparse.Namespace) -> FederationConfig:
     if args.federation:
         return load_federation(args.federation)
     return single_cluster()
+
+
+def chosen_cluster(args: argparse.Namespace) -> ClusterConfig:
+    """The cluster ``--cluster`` names (default: the federation's default); ConfigError when the
+    federation file is wrong or has no such cluster."""
+    federation = federation_from(args)
+    name = args.cluster or federation.default_cluster
+    config = federation.cluster(name)
+    if config is None:
+        known = ", ".join(c.name for c in federation.clusters)
+        source = args.federation or "<default federation>"
+        raise ConfigError(source, "--cluster", f"unknown cluster {name!r} (known: {known})")
+    return config
 
 
 def check_function_policy(args: argparse.Namespace) -> None:

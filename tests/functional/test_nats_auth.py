@@ -454,3 +454,38 @@ async def test_a_hub_whose_key_the_server_refuses_stops_at_once_with_one_line(se
     assert len(lines) == 1 and "refused this client" in lines[0] and "Authorization Violation" in lines[0], (
         lines
     )
+
+
+async def test_offline_credentials_admit_a_node_within_seconds(secured: SecuredNats, tmp_path):
+    """``agent-credentials create`` on the store, beside a running hub: the hub's sync loop admits
+    the key on the server, and ``edge-agent run --credentials FILE`` registers with it."""
+    database = f"sqlite+aiosqlite:///{tmp_path / 'edgeplane.sqlite3'}"
+    async with running_hub(secured.url, database, **secured.hub_overrides()) as (_, api):
+        out = tmp_path / "edge-7.json"
+        made = await _controlplane(
+            "agent-credentials", "create", "--name", "edge-7", "--out", str(out), "--nats", secured.url,
+            "--database-url", database, cwd=tmp_path,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        assert stat.S_IMODE(os.stat(out).st_mode) == 0o600 and json.loads(out.read_text())["node"] == "edge-7"
+        again = await _controlplane(
+            "agent-credentials", "create", "--name", "edge-7", "--out", str(out), "--database-url", database,
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert again.returncode == 2 and "exists" in again.stderr
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "edge_agent.cli", "run", "--credentials", str(out), "--heartbeat-interval",
+             "0.25", "--cpu", "1", "--memory", "1Gi", "--work-dir", str(tmp_path / "edge-7"),
+             "--power-supply-path", str(tmp_path / "no-power"), "--log-level", "WARNING"],
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            node = await wait_for(
+                lambda: api.call("GET", "/v1/nodes/edge-7"),
+                lambda r: r[0] == 200 and r[1]["status"] == "Ready",
+                timeout=30,
+            )
+            assert node[1]["cluster"] == "default"
+        finally:
+            agent.terminate()
+            agent.wait(timeout=20)
