@@ -185,6 +185,8 @@ class HubBus:
         self._check_reply_inbox = check_reply_inbox
         self.malformed: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()  # well-formed but refused (see reject())
+        # Per connection: since when it has been up without a break (None: down now).
+        self._up_since: dict[str, float | None] = {}
         self.started_at = 0.0
 
     def _url_for(self, cluster: str) -> str:
@@ -216,10 +218,12 @@ class HubBus:
                     url,
                     name=f"edgeplane-hub-{self.hub_id}",
                     connect_within_s=connect_within_s,
-                    on_reconnected=self.say_hello,
+                    on_reconnected=self._reconnected_hook(url),
+                    on_disconnected=self._disconnected_hook(url),
                     seed=self._seed,
                     tls=self._tls,
                 )
+                self._up_since[url] = loop.time()
             nc = self._conns[url]
             subjects = self.subjects(cluster.name)
             # Registrations are taken for every cluster under the prefix, so that an agent of an
@@ -233,6 +237,28 @@ class HubBus:
         for nc in self._conns.values():
             await nc.flush(timeout=5)
         await self.say_hello()
+
+    def _reconnected_hook(self, url: str) -> Callable[[], Awaitable[None]]:
+        async def reconnected() -> None:
+            self._up_since[url] = asyncio.get_running_loop().time()
+            await self.say_hello()
+
+        return reconnected
+
+    def _disconnected_hook(self, url: str) -> Callable[[], Awaitable[None]]:
+        async def disconnected() -> None:
+            self._up_since[url] = None
+
+        return disconnected
+
+    def hearing_since(self, cluster: str) -> float | None:
+        """Since when (event-loop time) the hub has been able to hear the cluster's agents without a
+        break; None while its connection is down. Lease expiry counts from here at the earliest."""
+        url = self._url_for(cluster)
+        nc = self._conns.get(url)
+        if nc is None or not nc.is_connected:
+            return None
+        return self._up_since.get(url)
 
     async def say_hello(self) -> None:
         """Ask every agent to re-register (after a hub restart or a reconnect)."""

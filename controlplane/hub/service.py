@@ -138,6 +138,7 @@ class Hub:
         self._active: dict[str, tuple[str, int, str]] = {}  # placement id -> (workload, replica, node)
         self._background: set[asyncio.Task[Any]] = set()
         self._last_hello = 0.0
+        self._deaf: set[str] = set()  # clusters whose NATS connection is down (leases held)
         self.started = False
         from controlplane.serverless.service import FunctionService, ServerlessSettings
 
@@ -419,6 +420,9 @@ class Hub:
 
     async def _apply_state(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
         """Move a placement forward by an agent's report; never backwards (replays are no-ops)."""
+        if placement.status == "Lost" and state.state == "Succeeded":
+            await self._late_success(s, placement, state)
+            return
         if placement.status in TERMINAL_PLACEMENT:
             return
         now = time.time()
@@ -440,6 +444,62 @@ class Hub:
             placement.exit_code = state.exit_code
             placement.started_at = placement.started_at or state.started_at
             await self._end_placement(s, placement, state.state, state.message, finished_at=state.finished_at)
+
+    async def _late_success(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
+        """A replica reported Succeeded after its placement was marked Lost (its node was silent,
+        not dead). It wins unless a later attempt of the replica may have started: then the replica
+        is done, and the re-placement is cancelled before it runs."""
+        others = list(
+            await s.scalars(
+                select(PlacementRow).where(
+                    PlacementRow.workload_id == placement.workload_id,
+                    PlacementRow.replica == placement.replica,
+                    PlacementRow.id != placement.id,
+                )
+            )
+        )
+        started = [
+            p
+            for p in others
+            if p.attempt > placement.attempt and (p.acked or p.status in ("Running", "Succeeded", "Failed"))
+        ]
+        if started:
+            log.info(
+                "late success of %s on %s ignored: replica %d already ran again on %s",
+                placement.id,
+                placement.node,
+                placement.replica,
+                started[0].node,
+            )
+            return
+        now = time.time()
+        placement.status = "Succeeded"
+        placement.exit_code = state.exit_code
+        placement.started_at = placement.started_at or state.started_at
+        placement.finished_at = state.finished_at or now
+        placement.message = "finished while its node was unreachable"
+        placement.updated_at = now
+        replacements = [p for p in others if p.status in ACTIVE_PLACEMENT]
+        self._request_stops(replacements, "the replica finished on its earlier node")
+        Store.add_event(
+            s,
+            "PlacementSucceeded",
+            "workload",
+            placement.workload_id,
+            f"replica {placement.replica} on {placement.node}: finished while its node was unreachable"
+            + (f"; re-placement on {replacements[0].node} cancelled" if replacements else ""),
+            {"placement_id": placement.id, "exit_code": placement.exit_code, "late": True},
+        )
+        log.info(
+            "late success of %s on %s wins: replica %d is done%s",
+            placement.id,
+            placement.node,
+            placement.replica,
+            f", re-placement {replacements[0].id} on {replacements[0].node} cancelled"
+            if replacements
+            else "",
+        )
+        await self._refresh_workload(s, placement.workload_id)
 
     def _note_restarts(
         self, s: AsyncSession, placement: PlacementRow, state: PlacementState, now: float
@@ -519,9 +579,15 @@ class Hub:
             )
         )
         latest: dict[int, PlacementRow] = {}
+        succeeded: set[int] = set()  # a replica that succeeded once is done (a late success wins)
         for placement in placements:
             latest[placement.replica] = placement
-        states = [latest[r].status if r in latest else None for r in range(workload.replicas)]
+            if placement.status == "Succeeded":
+                succeeded.add(placement.replica)
+        states = [
+            "Succeeded" if r in succeeded else latest[r].status if r in latest else None
+            for r in range(workload.replicas)
+        ]
         active = [p for p in placements if p.status in ACTIVE_PLACEMENT]
         failed_attempts = {r: sum(1 for p in placements if p.replica == r) for r in range(workload.replicas)}
 
@@ -668,19 +734,49 @@ class Hub:
                 Store.add_event(s, f"Cluster{status}", "cluster", cluster.name)
 
     async def _expire_leases(self) -> None:
+        """NotReady for nodes silent longer than their lease, and their placements Lost.
+
+        Silence only counts while the hub can hear: not while its own NATS connection for the
+        node's cluster is down ("I can't hear anyone" is not "the node is gone"), and after a
+        reconnect every node gets a full lease again to re-register and heartbeat.
+        """
         now = asyncio.get_running_loop().time()
-        expired = [n for n in self.nodes.values() if n.status == "Ready" and now - n.last_seen > n.lease_s]
+        expired: list[NodeLive] = []
+        deaf: set[str] = set()
+        for live in self.nodes.values():
+            if live.status != "Ready":
+                continue
+            hearing_since = self.bus.hearing_since(live.cluster)
+            if hearing_since is None:
+                deaf.add(live.cluster)
+                continue
+            if now - max(live.last_seen, hearing_since) > live.lease_s:
+                expired.append(live)
+        for cluster in sorted(deaf - self._deaf):
+            log.warning("NATS connection for cluster %s is down: node leases held until it is back", cluster)
+        for cluster in sorted(self._deaf - deaf):
+            log.info("NATS connection for cluster %s is back: every node gets a full lease", cluster)
+        self._deaf = deaf
         if not expired:
             return
         async with self.store.session() as s:
             for live in expired:
-                await self._set_node_status(
-                    s, live, "NotReady", f"no heartbeat for {now - live.last_seen:.1f}s"
-                )
-                placements = await s.scalars(
-                    select(PlacementRow).where(
-                        PlacementRow.node == live.name, PlacementRow.status.in_(ACTIVE_PLACEMENT)
+                silent = now - live.last_seen
+                await self._set_node_status(s, live, "NotReady", f"no heartbeat for {silent:.1f}s")
+                placements = list(
+                    await s.scalars(
+                        select(PlacementRow).where(
+                            PlacementRow.node == live.name, PlacementRow.status.in_(ACTIVE_PLACEMENT)
+                        )
                     )
+                )
+                log.info(
+                    "node %s: no heartbeat for %.1fs (lease %.1fs): NotReady; %d placement(s) Lost, "
+                    "to be placed again",
+                    live.name,
+                    silent,
+                    live.lease_s,
+                    len(placements),
                 )
                 for placement in placements:
                     await self._end_placement(s, placement, "Lost", f"node {live.name} lease expired")
@@ -702,10 +798,12 @@ class Hub:
                 latest: dict[int, PlacementRow] = {}
                 for placement in sorted(placements, key=lambda p: p.attempt):
                     latest[placement.replica] = placement
+                done = {p.replica for p in placements if p.status == "Succeeded"}
                 missing = [
                     r
                     for r in range(workload.replicas)
-                    if r not in latest or latest[r].status not in ("Scheduled", "Running", "Succeeded")
+                    if r not in done
+                    and (r not in latest or latest[r].status not in ("Scheduled", "Running", "Succeeded"))
                 ]
                 if not missing:
                     await self._refresh_workload(s, workload.id)

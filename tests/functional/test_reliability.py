@@ -1,0 +1,138 @@
+"""Nothing lost, nothing run twice: a NATS outage is not a node failure, and a late success wins.
+
+Issue 11, finding 1: with the hub's own NATS connection down, leases must not expire (before,
+a 5 s outage marked every running placement Lost and ran it again); a replica that finished on a
+node the hub had given up on counts, and its re-placement is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from harness import running_agents, running_hub, wait_for
+
+from controlplane.bus.messages import NodeResources, PlacementState, RegisterV1, StatusReportV1
+from controlplane.natsd import NatsServer, free_port
+
+# Appends a line to $OUT/<workload id> when it starts: the count is how often it ran.
+MARKED = ["sh", "-c", 'echo started >> "$OUT/$EDGEPLANE_WORKLOAD_ID"; sleep 3']
+
+
+def _runs(folder: Path, workload_id: str) -> int:
+    path = folder / workload_id
+    return path.read_text().count("started") if path.exists() else 0
+
+
+async def test_a_nats_outage_longer_than_the_lease_loses_nothing_and_runs_nothing_twice(
+    sqlite_url, tmp_path, shared_dir
+):
+    port = free_port()
+    server = NatsServer(port=port).start()
+    try:
+        # Leases of 4 x 0.25 s = 1 s; the outage lasts 3 s, so every lease would expire.
+        async with (
+            running_hub(server.url, sqlite_url) as (running, api),
+            running_agents(server.url, tmp_path, ["o1", "o2"]),
+        ):
+            ids = [
+                await api.post_workload(
+                    {"name": f"outage-{i}", "command": MARKED, "env": {"OUT": str(shared_dir)}}
+                )
+                for i in range(2)
+            ]
+            for workload_id in ids:
+                await api.wait_status(workload_id, "Running")
+            server.stop()
+            await asyncio.sleep(3.0)
+            assert running.hub.bus.hearing_since("default") is None
+            assert all(n.status == "Ready" for n in running.hub.nodes.values()), "leases were held"
+            server = NatsServer(port=port).start()
+            for workload_id in ids:
+                done = await api.wait_status(workload_id, "Succeeded", timeout=30)
+                assert [p["status"] for p in done["placements"]] == ["Succeeded"], done["placements"]
+                assert _runs(shared_dir, workload_id) == 1
+            events = (await api.get("/v1/events?kind=PlacementLost"))["items"]
+            assert events == []
+            nodes = await wait_for(
+                lambda: api.get("/v1/nodes"), lambda n: all(x["status"] == "Ready" for x in n["items"])
+            )
+            assert len(nodes["items"]) == 2
+    finally:
+        server.stop()
+
+
+def _register(node: str) -> RegisterV1:
+    return RegisterV1(
+        node=node,
+        cluster="default",
+        boot_id=uuid.uuid4().hex,
+        agent_version="test",
+        resources=NodeResources(cpu=2.0, memory=2**31),
+        heartbeat_interval_s=0.25,
+    )
+
+
+def _report(node: str, placement: dict, workload_id: str, state: str) -> StatusReportV1:
+    return StatusReportV1(
+        report_id=uuid.uuid4().hex,
+        node=node,
+        placement=PlacementState(
+            placement_id=placement["id"], workload_id=workload_id, state=state, exit_code=0
+        ),
+    )
+
+
+def _placed(workload: dict) -> bool:
+    return bool(workload["placements"])
+
+
+async def _lose(running, name: str) -> None:
+    """Make the hub give up on node ``name``: as if it had heard nothing from it for an hour while
+    its own NATS connection was up all along."""
+    running.hub.nodes[name].last_seen -= 3600
+    bus = running.hub.bus
+    bus._up_since = {url: since - 3600 for url, since in bus._up_since.items() if since is not None}
+    await running.hub.reconcile_once()
+
+
+async def test_a_late_success_wins_over_the_re_placement_unless_that_has_started(nats_server, sqlite_url):
+    # Nodes a and b are registered by hand and never heartbeat: a long lease keeps them Ready.
+    async with running_hub(nats_server.url, sqlite_url, lease_missed_heartbeats=400) as (running, api):
+        hub = running.hub
+        assert (await hub.handle_register("a", _register("a"))).accepted
+        late = {"name": "late", "command": ["true"]}  # only a exists yet
+        workload_id = await api.post_workload(late)
+        first = (await wait_for(lambda: api.workload(workload_id), _placed))["placements"][0]
+        await hub.handle_report("a", _report("a", first, workload_id, "Running"))
+        await _lose(running, "a")
+        lost = await api.workload(workload_id)
+        assert lost["placements"][0]["status"] == "Lost" and lost["status"] == "Pending"
+        # Node b appears; the replica is placed again there (not started: b never acks).
+        assert (await hub.handle_register("b", _register("b"))).accepted
+        again = await wait_for(
+            lambda: api.workload(workload_id), lambda w: any(p["node"] == "b" for p in w["placements"])
+        )
+        assert [p["status"] for p in again["placements"] if p["node"] == "b"] == ["Scheduled"]
+        # a was only unreachable: its Succeeded arrives late, and wins.
+        await hub.handle_report("a", _report("a", first, workload_id, "Succeeded"))
+        done = await api.workload(workload_id)
+        assert done["status"] == "Succeeded", done
+        assert {p["node"]: p["status"] for p in done["placements"]}["a"] == "Succeeded"
+        events = [e["message"] for e in (await api.get(f"/v1/events?object_id={workload_id}"))["items"]]
+        won = [m for m in events if "finished while its node was unreachable" in m]
+        assert won and "re-placement on b cancelled" in won[0], events
+
+        # The same again, but the re-placement has started: the late success is ignored.
+        other = await api.post_workload({**late, "name": "late-2", "affinity": {"nodes": ["b"]}})
+        first = (await wait_for(lambda: api.workload(other), _placed))["placements"][0]
+        await hub.handle_report("b", _report("b", first, other, "Running"))
+        await _lose(running, "b")
+        assert (await hub.handle_register("b", _register("b"))).accepted  # b is back, rebooted
+        retried = await wait_for(lambda: api.workload(other), lambda w: len(w["placements"]) == 2)
+        second = retried["placements"][1]
+        await hub.handle_report("b", _report("b", second, other, "Running"))
+        await hub.handle_report("b", _report("b", first, other, "Succeeded"))
+        still = await api.workload(other)
+        assert still["status"] == "Running" and still["placements"][0]["status"] == "Lost", still
