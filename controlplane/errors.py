@@ -111,3 +111,8 @@ class ConfigError(EdgeplaneError):
         self.path = path
         self.key = key
         self.reason = reason
+
+
+class StartupError(Exception):
+    """The hub cannot start (the store cannot be opened, the API port is taken): one line for the
+    operator, no traceback."""

@@ -107,6 +107,12 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--lease-missed", type=int, default=3, help="heartbeats a node may miss (default 3)")
     parser.add_argument(
+        "--nats-connect-timeout",
+        type=float,
+        default=10.0,
+        help="seconds to wait for the first NATS connection before giving up at start (default 10)",
+    )
+    parser.add_argument(
         "--nats-seed",
         default=os.environ.get("EDGEPLANE_NATS_SEED_FILE"),
         help="the hub's nkey seed file for NATS (env EDGEPLANE_NATS_SEED_FILE; "
@@ -183,6 +189,10 @@ def check_function_policy(args: argparse.Namespace) -> None:
             raise ConfigError("<command line>", "--scheduler", str(exc)) from None
     if not 0 <= args.bid_deadline_ms <= 10_000:
         raise ConfigError("<command line>", "--bid-deadline-ms", "must be between 0 and 10000")
+    if not 0 < args.nats_connect_timeout <= 3600:
+        raise ConfigError("<command line>", "--nats-connect-timeout", "must be in (0, 3600] seconds")
+    if args.lease_missed < 1:
+        raise ConfigError("<command line>", "--lease-missed", "must be at least 1")
 
     if args.function_policy not in POLICY_NAMES:
         raise ConfigError(
@@ -200,6 +210,7 @@ def hub_settings(
         nats_url=nats_url,
         federation=federation,
         lease_missed_heartbeats=args.lease_missed,
+        nats_connect_within_s=args.nats_connect_timeout,
         function_policy=args.function_policy,
         scheduler=args.scheduler,
         bid_deadline_ms=args.bid_deadline_ms,

@@ -48,10 +48,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"controlplane: configuration error: {exc}", file=sys.stderr)
         return 2
     from controlplane.bus.hub_bus import NatsUnavailableError
+    from controlplane.errors import StartupError
 
     try:
         return asyncio.run(_serve(args, federation, auth, ssl_context, nats))
-    except NatsUnavailableError as exc:  # unreachable, or our credentials refused: one line
+    except (NatsUnavailableError, StartupError) as exc:  # NATS, the store or the port: one line
         print(f"controlplane: {exc}", file=sys.stderr)
         return 1
 

@@ -12,8 +12,10 @@ from aiohttp import web
 from controlplane.api.app import create_app
 from controlplane.api.auth import AuthSettings
 from controlplane.bus.authority import NatsAuthority
+from controlplane.errors import StartupError
 from controlplane.hub.service import Hub, HubSettings
 from controlplane.store.store import Store
+from controlplane.urls import mask_url
 
 __all__ = ["RunningHub", "start_hub"]
 
@@ -47,7 +49,10 @@ async def start_hub(
 ) -> RunningHub:
     """Open the store, start the hub, serve its API. ``nats_authority``: enrolment is possible
     (``POST /v1/join``) and the NATS server's user list follows the store's node credentials."""
-    store = await Store.open(database_url)
+    try:
+        store = await Store.open(database_url)
+    except Exception as exc:  # a bad URL, an unreachable server, a failed migration
+        raise StartupError(f"cannot open the store at {mask_url(database_url)}: {_reason(exc)}") from exc
     hub = hub_factory(settings, store)
     try:
         await hub.start()
@@ -61,15 +66,21 @@ async def start_hub(
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     try:
         await site.start()
-    except OSError:
+    except OSError as exc:
         await runner.cleanup()
         await hub.stop()
         await store.close()
-        raise
+        raise StartupError(f"cannot serve the API on {host}:{port}: {exc.strerror or exc}") from exc
     server = getattr(site, "_server", None)
     bound = server.sockets[0].getsockname()[1] if server and server.sockets else port
     scheme = "https" if ssl_context is not None else "http"
     return RunningHub(hub, runner, f"{scheme}://{host}:{bound}")
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of an error, with its type where the message alone says little."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 async def wait_for_signal(stop: asyncio.Event) -> None:

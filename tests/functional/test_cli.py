@@ -160,3 +160,33 @@ def test_controlplane_migrate_creates_the_schema(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert f"schema: <empty> -> {head_revision()}" in result.stdout
+
+
+def test_up_fails_fast_with_one_line_when_the_port_the_store_or_nats_is_unusable(tmp_path):
+    """Issue 11, finding 5: before, these were tracebacks, and an unreachable NATS hung forever."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cases = [
+            (["--port", str(port)], f"cannot serve the API on 127.0.0.1:{port}"),
+            (["--database-url", "postgresql://ops:s3cret@127.0.0.1:1/x"], "cannot open the store at "
+             "postgresql://ops:***@127.0.0.1:1/x"),
+            (["--database-url", "not-a-url"], "cannot open the store at not-a-url"),
+            (["--nats", "nats://127.0.0.1:1", "--nats-connect-timeout", "2"],
+             "no NATS server answered at nats://127.0.0.1:1 within 2 s"),
+        ]  # fmt: skip
+        for extra, expected in cases:
+            started = time.monotonic()
+            result = subprocess.run(
+                [sys.executable, "-m", "controlplane.cli", "up", "--agents", "0", "--log-level", "ERROR",
+                 "--data-dir", str(tmp_path / "data"), *extra],
+                capture_output=True, text=True, timeout=60, cwd=tmp_path,
+            )  # fmt: skip
+            lines = result.stderr.strip().splitlines()
+            assert result.returncode == 1 and len(lines) == 1, (extra, result.stderr)
+            assert lines[0].startswith("controlplane up: ") and expected in lines[0], lines
+            assert "s3cret" not in result.stderr + result.stdout
+            assert time.monotonic() - started < 20, extra
