@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
 import signal
 import ssl
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         ssl_context = api_ssl_context(args)
         data_dir = Path(args.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        _check_agent_options(args)
         nats = nats_setup(args, data_dir, federation)
     except ConfigError as exc:
         print(f"controlplane up: configuration error: {exc}", file=sys.stderr)
@@ -80,6 +78,20 @@ def run(args: argparse.Namespace) -> int:
     except (NatsUnavailableError, StartupError) as exc:  # NATS, the store or the port: one line
         print(f"controlplane up: {exc}", file=sys.stderr)
         return 1
+
+
+def _check_agent_options(args: argparse.Namespace) -> None:
+    """--agent-cpu and --agent-memory, checked before anything starts (ConfigError)."""
+    from controlplane.errors import ConfigError, ValidationError
+    from controlplane.resources import parse_cpu, parse_memory
+
+    try:
+        if args.agent_cpu:
+            parse_cpu(args.agent_cpu, field_name="--agent-cpu")
+        if args.agent_memory:
+            parse_memory(args.agent_memory, field_name="--agent-memory")
+    except ValidationError as exc:
+        raise ConfigError("<command line>", exc.field or "--agent-cpu", str(exc)) from None
 
 
 async def _enrolment(
@@ -153,15 +165,17 @@ async def _up(
     ssl_context: ssl.SSLContext | None,
     nats: NatsSetup,
 ) -> int:
+    from controlplane.commands.supervise import LocalAgent, supervise
     from controlplane.federation.config import FederationConfig
-    from controlplane.hub.runner import start_hub, wait_for_signal
+    from controlplane.hub.runner import start_hub, stop_on_signal
 
     assert isinstance(federation, FederationConfig)
     data_dir = Path(args.data_dir)
     nats_server = nats.server.start() if nats.server is not None else None
     nats_url = nats.url
-    agents: list[subprocess.Popen[bytes]] = []
+    agents: list[LocalAgent] = []
     running = None
+    status = 0
     try:
         settings = hub_settings(args, nats_url, federation, nats)
         running = await start_hub(
@@ -186,7 +200,8 @@ async def _up(
                 command += await _enrolment(
                     args, running.hub.identities, cluster.name, name, data_dir / "agents" / name, running.url
                 )
-            agents.append(subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
+            agents.append(LocalAgent(name, command))
+            agents[-1].start()
         made = "new admin token in" if token_created else "admin token in"
         print(
             f"edgeplane is up: API {running.url}  NATS {mask_url(nats_url)}  "
@@ -196,19 +211,19 @@ async def _up(
             f"  Ctrl-C stops everything.",
             flush=True,
         )
-        await wait_for_signal(asyncio.Event())
+        stop = asyncio.Event()
+        stop_on_signal(stop)
+        # Crashed agents are restarted with backoff; one that cannot start stops everything.
+        status = await supervise(agents, stop)
         print("stopping...", flush=True)
     finally:
+        for agent in agents:  # all at once: each stops its work within its grace period
+            if agent.process is not None and agent.process.poll() is None:
+                agent.process.send_signal(signal.SIGTERM)
         for agent in agents:
-            if agent.poll() is None:
-                agent.send_signal(signal.SIGTERM)
-        for agent in agents:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                agent.wait(timeout=10)
-            if agent.poll() is None:
-                agent.kill()
+            agent.stop()
         if running is not None:
             await running.stop()
         if nats_server is not None:
             nats_server.stop()
-    return 0
+    return status

@@ -83,10 +83,15 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-async def wait_for_signal(stop: asyncio.Event) -> None:
+def stop_on_signal(stop: asyncio.Event) -> None:
+    """Set ``stop`` on SIGINT or SIGTERM."""
     import signal
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+
+
+async def wait_for_signal(stop: asyncio.Event) -> None:
+    stop_on_signal(stop)
     await stop.wait()

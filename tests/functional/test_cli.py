@@ -190,3 +190,65 @@ def test_up_fails_fast_with_one_line_when_the_port_the_store_or_nats_is_unusable
             assert lines[0].startswith("controlplane up: ") and expected in lines[0], lines
             assert "s3cret" not in result.stderr + result.stdout
             assert time.monotonic() - started < 20, extra
+
+
+def test_up_restarts_a_crashed_agent_and_stops_when_one_cannot_start(tmp_path):
+    """Issue 11, finding 5: an agent that died stayed dead, and one that could not start left `up`
+    running with no agents and no word."""
+    port = free_port()
+    up = subprocess.Popen(
+        [sys.executable, "-m", "controlplane.cli", "up", "--agents", "1", "--port", str(port),
+         "--data-dir", str(tmp_path / "data"), "--log-level", "WARNING"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "EDGEPLANE_DATABASE_URL": "", "EDGEPLANE_NATS_URL": ""},
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert f"API {base}" in up.stdout.readline()
+        token = (tmp_path / "data" / "admin.token").read_text().strip()
+        _poll(
+            lambda: _get(f"{base}/v1/nodes/edge-1", token),
+            lambda r: r[0] == 200 and r[1]["status"] == "Ready",
+        )
+        agent = next(pid for pid in _children(up.pid) if b"edge_agent.cli" in _cmdline(pid))
+        os.kill(agent, signal.SIGKILL)
+        _line_with(up.stderr, "agent edge-1 exited with code -9; restarting it in 1 s")
+        _line_with(up.stderr, "agent edge-1 restarted")
+        # It comes back under the same identity (its stored credentials) and is Ready again.
+        _poll(lambda: [p for p in _children(up.pid) if p != agent and b"edge_agent.cli" in _cmdline(p)], bool)
+        boot = _get(f"{base}/v1/nodes/edge-1", token)[1]["last_heartbeat_at"]
+        _poll(
+            lambda: _get(f"{base}/v1/nodes/edge-1", token)[1],
+            lambda n: n["status"] == "Ready" and n["last_heartbeat_at"] != boot,
+        )
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.communicate(timeout=60)
+    assert up.returncode == 0
+
+    bad = subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", "up", "--agents", "1", "--agent-cpu", "lots",
+         "--data-dir", str(tmp_path / "data2")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--agent-cpu" in bad.stderr and "edgeplane is up" not in bad.stdout
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _line_with(stream, text: str, max_lines: int = 200) -> str:
+    """Read ``stream`` up to the first line holding ``text`` (agents log there too)."""
+    seen = []
+    for _ in range(max_lines):
+        line = stream.readline()
+        if not line:
+            break
+        if text in line:
+            return line
+        seen.append(line)
+    raise AssertionError(f"no line with {text!r}; read: {seen}")
