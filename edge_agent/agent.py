@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import time
 import uuid
 from collections import Counter, OrderedDict, deque
@@ -76,6 +77,9 @@ from edge_agent.weights import current_weights
 __all__ = ["Agent"]
 
 log = logging.getLogger("edgeplane.agent")
+
+# When the hub last answered (wall-clock seconds): a restarted agent's autonomy window counts from it.
+HUB_CONTACT_FILE = "hub_contact"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +153,12 @@ class Agent:
         self.counters: Counter[str] = Counter()
         self.registered = asyncio.Event()
         self.hub_id = ""
+        # The hub's answer to the first registration after a restart: which placements to resume.
+        self._confirmed = asyncio.Event()
+        self._hub_keep: list[str] | None = None
+        self._contact_file = Path(config.work_dir) / HUB_CONTACT_FILE
+        self._contact_written = 0.0
+        self._resume_task: asyncio.Task[None] | None = None
         self._acks: OrderedDict[str, CommandAckV1] = OrderedDict()
         self._nc: NATS | None = None
         self._stop = asyncio.Event()
@@ -169,15 +179,12 @@ class Agent:
 
             self.policy = LocalPolicy.load(self.config.policy_model)
         # Work a previous run of this agent left (it died, and its processes with it) is resumed
-        # before NATS is even tried: the node keeps serving whether or not a hub answers.
-        resumed = await self.runner.resume()
-        self.confinement.prune(keep=set(self.runner.running_ids()))  # work dirs of work not resumed
-        if resumed:
-            log.info(
-                "resumed %d placement(s) after a restart: %s",
-                len(resumed),
-                ", ".join(f"{s.placement_id} {s.state}" for s in resumed),
-            )
+        # once the hub says it still wants it here, or without the hub within the autonomy window:
+        # decided beside the connection, so that the node keeps serving whether or not a hub answers.
+        undecided = self.runner.resumable()
+        self.confinement.prune(keep={s.placement_id for s in undecided})  # work dirs of work not resumed
+        if undecided:
+            self._resume_task = asyncio.create_task(self._resume(undecided), name="resume")
         self._nc = await self._connect()
         nc = self._nc
         await nc.subscribe(self.subjects.command(self.config.name), cb=self._on_command)
@@ -218,7 +225,7 @@ class Agent:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _shutdown(self) -> None:
-        for task in [*self._tasks, self._register_task]:
+        for task in [*self._tasks, self._register_task, self._resume_task]:
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -234,6 +241,65 @@ class Agent:
         if close is not None:
             close()
 
+    async def _resume(self, undecided: list[PlacementState]) -> None:
+        """Resume what the hub confirms; without its word in time, all of it if the hub was heard
+        within the autonomy window, else nothing (the hub has likely moved it: it would run twice)."""
+        ids = {s.placement_id for s in undecided}
+        try:
+            await asyncio.wait_for(self._confirmed.wait(), timeout=self.config.resume_confirm_s)
+        except TimeoutError:
+            heard = self._last_hub_contact()
+            silent = time.time() - heard if heard is not None else None
+            if silent is not None and silent <= self.config.autonomy_window_s:
+                only = ids
+                log.info(
+                    "no hub answer within %.0fs; resuming %d placement(s): the hub was heard %.0fs ago, "
+                    "within the autonomy window (%.0fs)",
+                    self.config.resume_confirm_s, len(ids), silent, self.config.autonomy_window_s,
+                )  # fmt: skip
+            else:
+                only = set()
+                log.warning(
+                    "no hub answer within %.0fs and the hub was last heard %s: not resuming %d "
+                    "placement(s) (beyond the autonomy window of %.0fs, the hub may have moved them)",
+                    self.config.resume_confirm_s,
+                    "never" if silent is None else f"{silent:.0f}s ago",
+                    len(ids),
+                    self.config.autonomy_window_s,
+                )
+        else:
+            keep = self._hub_keep
+            only = ids if keep is None else ids & set(keep)
+            if ids - only:
+                log.info("not resuming %s: the hub no longer wants them here", ", ".join(sorted(ids - only)))
+        resumed = await self.runner.resume(only=only)
+        for placement_id in ids - only:
+            self.confinement.discard(placement_id)
+        if resumed:
+            log.info(
+                "resumed %d placement(s) after a restart: %s",
+                len(resumed),
+                ", ".join(f"{s.placement_id} {s.state}" for s in resumed),
+            )
+
+    def _heard_hub(self) -> None:
+        """Note that the hub answered (at most every few seconds on disk): the autonomy window of a
+        later restart counts from here."""
+        now = time.time()
+        if now - self._contact_written < 5.0:
+            return
+        self._contact_written = now
+        with contextlib.suppress(OSError):
+            tmp = self._contact_file.with_name(self._contact_file.name + ".tmp")
+            tmp.write_text(f"{now:.3f}\n", encoding="utf-8")
+            os.replace(tmp, self._contact_file)
+
+    def _last_hub_contact(self) -> float | None:
+        try:
+            return float(self._contact_file.read_text(encoding="utf-8").strip())
+        except (OSError, ValueError):
+            return None
+
     async def _on_reconnected(self) -> None:
         self.counters["reconnects"] += 1
         self._trigger_register()
@@ -246,6 +312,7 @@ class Agent:
             self._malformed("hub_hello", exc)
             return
         log.info("hub %s says hello; registering again", hello.hub_id)
+        self._heard_hub()
         self._trigger_register()
 
     # --- registration ---------------------------------------------------------------------
@@ -273,7 +340,8 @@ class Agent:
             labels=self.config.labels,
             node_type=self.config.node_type,
             telemetry=self._telemetry(),
-            placements=[dataclasses.replace(s) for s in self.runner.states()],
+            # Work waiting to be resumed is reported as running: the hub's answer says whether to.
+            placements=[dataclasses.replace(s) for s in [*self.runner.states(), *self.runner.resumable()]],
             isolation=dict(self.confinement.report),
         )
 
@@ -296,6 +364,9 @@ class Agent:
                     log.error("hub refused registration: %s", ack.reason)
                     raise _RegisterRejected(ack.reason)
                 self.hub_id = ack.hub_id
+                self._hub_keep = ack.keep
+        self._heard_hub()
+        self._confirmed.set()
         self.counters["registrations"] += 1
         self.registered.set()
         self._outbox_wake.set()
@@ -359,6 +430,7 @@ class Agent:
                 await self._reply(msg, CommandAckV1(command_id="", accepted=False, reason=str(exc)))
             return
         self.counters["commands"] += 1
+        self._heard_hub()
         previous = self._acks.get(command.command_id)
         if previous is not None:
             self.counters["duplicate_commands"] += 1

@@ -21,6 +21,8 @@ File keys (all optional except where the CLI does not give them)::
     restart_backoff_s: 1       # first wait before a local restart; doubles per restart
     restart_backoff_max_s: 60  # ... up to this
     offline_scale_interval_s: 10  # without NATS: how often idle function instances are re-decided
+    resume_confirm_s: 5        # after a restart: how long to wait for the hub to say which work to resume
+    autonomy_window_s: 300     # ... without its word, resume only if the hub was heard this recently
     cpu_limits: true           # CPU quotas through cgroups (v1 if writable, v2 under cgroup_root)
     cgroup_root: ""            # a cgroup v2 directory delegated to the agent (Delegate=yes)
     run_as: edgeplane-run      # user code runs as this user when the agent is root ("" or agent: as root)
@@ -76,6 +78,11 @@ class AgentConfig:
     restart_backoff_max_s: float = 60.0
     # While NATS is down, the local policy re-decides each idle function instance this often.
     offline_scale_interval_s: float = 10.0
+    # A restarted agent resumes its restartable work only where the hub confirms it (its answer to
+    # the registration); with no answer within resume_confirm_s, only if the hub was last heard
+    # within autonomy_window_s (else the hub may well have moved the work: it would run twice).
+    resume_confirm_s: float = 5.0
+    autonomy_window_s: float = 300.0
     cpu_limits: bool = True  # enforce CPU quotas through cgroups where possible (edge_agent/cgroups.py)
     cgroup_root: str = ""  # a cgroup v2 directory delegated to the agent ("": cgroup v1 if writable)
     # User code runs as this user when the agent is root (edge_agent/confinement.py); "" or
@@ -110,6 +117,8 @@ _KEYS = {
     "restart_backoff_s",
     "restart_backoff_max_s",
     "offline_scale_interval_s",
+    "resume_confirm_s",
+    "autonomy_window_s",
     "cpu_limits",
     "cgroup_root",
     "run_as",
@@ -169,6 +178,8 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
         ("restart_backoff_s", 0, 3600),
         ("restart_backoff_max_s", 0, 3600),
         ("offline_scale_interval_s", 0.05, 3600),
+        ("resume_confirm_s", 0, 600),
+        ("autonomy_window_s", 0, 7 * 86400),
     ):
         value = data.get(key, getattr(cfg, key))
         if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:

@@ -578,6 +578,12 @@ class Confinement:
             # fd-based rmtree: a symlink the unit left inside is removed, never followed.
             shutil.rmtree(sandbox.home, ignore_errors=True)
 
+    def discard(self, unit_id: str) -> None:
+        """Remove the work dir a unit left (one that will not run again)."""
+        home = self.sandbox_root / _unit_name(unit_id)
+        if home.is_dir() and not home.is_symlink():
+            shutil.rmtree(home, ignore_errors=True)
+
     def prune(self, keep: set[str]) -> None:
         """Remove work dirs a previous run of this agent left, except the units in ``keep``."""
         kept = {_unit_name(k) for k in keep}

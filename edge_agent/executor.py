@@ -118,6 +118,8 @@ class ProcessRunner:
         self.placements: dict[str, RunningPlacement] = {}
         self.tombstones: set[str] = set()  # stopped before they ran: a late run command is refused
         self.state_file = state_file
+        # What the state file held at start, until resume() decides (kept in the file meanwhile).
+        self._undecided: list[tuple[str, str, RunSpec, int, dict[str, Any]]] | None = None
         self.cpu_limiter: CpuLimiter = cpu_limiter or NoCpuLimit()
         self.confinement = confinement or Confinement.unconfined(work_dir)
 
@@ -161,6 +163,9 @@ class ProcessRunner:
             for p in self.placements.values()
             if p.state.state == "Running" and p.spec.restart_policy != "never" and not p.stop_requested
         ]
+        # Placements waiting for the hub's word stay in the file: an agent that dies again before
+        # it decided must still know about them.
+        items += [item for *_, item in self._undecided or [] if item["placement_id"] not in self.placements]
         tmp = self.state_file.with_name(self.state_file.name + ".tmp")
         try:
             # 0600: the specs hold the workloads' env values.
@@ -189,16 +194,20 @@ class ProcessRunner:
             log.warning("unreadable %s (%s): kept as %s, nothing resumed", self.state_file, exc, kept.name)
             return []
 
-    async def resume(self) -> list[PlacementState]:
-        """Resume the restartable placements a dead agent left running (see the module docstring).
+    def resumable(self) -> list[PlacementState]:
+        """The placements a dead agent left running that :meth:`resume` would restart, as Running
+        states (what the agent tells the hub at registration, to ask which it may resume)."""
+        return [
+            PlacementState(placement_id=pid, workload_id=wid, state="Running", restarts=restarts)
+            for pid, wid, _, restarts, _ in self._resumable_items()
+        ]
 
-        Each counts as a restart after its process died with the agent (exit code 137): the
-        restart rules apply (``max_restarts``) and the local policy picks the quotas or declines,
-        as for any restart. Returns the resumed and the refused placements' states.
-        """
+    def _resumable_items(self) -> list[tuple[str, str, RunSpec, int, dict[str, Any]]]:
         if self.state_file is None:
             return []
-        out: list[PlacementState] = []
+        if self._undecided is not None:
+            return [entry for entry in self._undecided if entry[0] not in self.placements]
+        found = []
         for item in self._load_state():
             try:
                 spec = parse(item["spec"], RunSpec)
@@ -207,7 +216,25 @@ class ProcessRunner:
             except (MessageError, KeyError, TypeError, ValueError) as exc:
                 log.warning("skipping an unreadable entry of %s: %s", self.state_file, exc)
                 continue
-            if placement_id in self.placements:
+            if placement_id not in self.placements:
+                found.append((placement_id, workload_id, spec, restarts, item))
+        self._undecided = found
+        return found
+
+    async def resume(self, only: set[str] | None = None) -> list[PlacementState]:
+        """Resume the restartable placements a dead agent left running (see the module docstring).
+
+        ``only``: the placement ids to resume (None: all); the others are forgotten (the hub has
+        moved them, or the autonomy window has passed). Each counts as a restart after its process
+        died with the agent (exit code 137): the restart rules apply (``max_restarts``) and the
+        local policy picks the quotas or declines, as for any restart. Returns the resumed and the
+        refused placements' states.
+        """
+        out: list[PlacementState] = []
+        items = self._resumable_items()
+        self._undecided = []
+        for placement_id, workload_id, spec, restarts, item in items:
+            if only is not None and placement_id not in only:
                 continue
             out.append(await self._resume_one(placement_id, workload_id, spec, restarts, item))
         self._persist()

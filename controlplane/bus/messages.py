@@ -273,6 +273,9 @@ class RegisterAckV1:
     accepted: bool
     reason: str = ""
     hub_id: str = ""
+    # The placements the hub wants on this node now (None from hubs older than the field): a
+    # restarted agent resumes only these, so that nothing the hub has moved runs twice.
+    keep: list[str] | None = None
     v: int = SCHEMA_VERSION
 
 

@@ -349,8 +349,17 @@ class Hub:
             await self._reconcile_agent_placements(
                 s, node_name, msg.placements, agent_restarted=previous_boot not in (None, msg.boot_id)
             )
+            keep = list(
+                await s.scalars(
+                    select(PlacementRow.id).where(
+                        PlacementRow.node == node_name,
+                        PlacementRow.status.in_(ACTIVE_PLACEMENT),
+                        PlacementRow.stop_command_id.is_(None),
+                    )
+                )
+            )
         self.wake()
-        return RegisterAckV1(accepted=True, hub_id=hub_id)
+        return RegisterAckV1(accepted=True, hub_id=hub_id, keep=keep)
 
     async def _reconcile_agent_placements(
         self, s: AsyncSession, node: str, reported: list[PlacementState], *, agent_restarted: bool

@@ -4,6 +4,7 @@ the hub, back later, keeps the same placement and learns the restart count."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from harness import running_hub, spawn_agent, wait_for
@@ -57,6 +58,76 @@ async def test_a_restarted_agent_resumes_its_work_without_a_hub_and_the_hub_keep
             assert workload["placements"][0]["status"] == "Running"
             events = await api.get("/v1/events?kind=PlacementRestarted")
             assert any(placement_id in str(e) for e in events["items"])
+    finally:
+        if agent.poll() is None:
+            agent.terminate()
+            agent.wait(timeout=10)
+
+
+async def test_a_restarted_agent_does_not_resume_work_the_hub_has_moved(
+    nats_server, sqlite_url, tmp_path, shared_dir
+):
+    """Issue 11, finding 3: a restarted agent resumed on-failure work that the hub had already
+    placed elsewhere, and it ran in two places at once until the hub stopped one copy."""
+    agents = {name: spawn_agent(nats_server.url, name, tmp_path, cpu="2") for name in ("m1", "m2")}
+    try:
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            await wait_for(api.nodes, lambda n: len(n) == 2 and all(x["status"] == "Ready" for x in n))
+            body = {"name": "moved", "command": COUNTING, "env": {"RUNS": str(shared_dir)},
+                    "restart_policy": "on-failure", "affinity": {"nodes": ["m1"]}}  # fmt: skip
+            workload_id = await api.post_workload(body)
+            first = (await api.wait_status(workload_id, "Running"))["placements"][0]["id"]
+            await wait_for(lambda: _counted(shared_dir / f"{first}.runs", 1), bool)
+            # m1 dies; the hub gives up on it: the placement is Lost, the replica to be placed again.
+            agents["m1"].kill()
+            agents["m1"].wait(timeout=5)
+            await wait_for(lambda: api.get("/v1/nodes/m1"), lambda n: n["status"] == "NotReady")
+            moved = await wait_for(
+                lambda: api.workload(workload_id), lambda w: w["placements"][0]["status"] == "Lost"
+            )
+            assert moved["placements"][0]["id"] == first
+            # m1 comes back while the hub is up: the hub's answer says the old placement is not its
+            # any more (the replica's new attempt goes to m1 again, by affinity: one run, not two).
+            agents["m1"] = spawn_agent(nats_server.url, "m1", tmp_path, cpu="2")
+            await wait_for(lambda: api.get("/v1/nodes/m1"), lambda n: n["status"] == "Ready", timeout=20)
+            again = await wait_for(lambda: api.workload(workload_id), lambda w: len(w["placements"]) == 2)
+            second = again["placements"][1]["id"]
+            await wait_for(lambda: _counted(shared_dir / f"{second}.runs", 1), bool, timeout=20)
+            await asyncio.sleep(1.5)
+            assert _runs(shared_dir / f"{first}.runs") == 1, "the moved placement was not resumed"
+            assert _runs(shared_dir / f"{second}.runs") == 1
+            assert (
+                not (tmp_path / "m1" / "placements.json").exists()
+                or first not in (tmp_path / "m1" / "placements.json").read_text()
+            )
+    finally:
+        for agent in agents.values():
+            if agent.poll() is None:
+                agent.terminate()
+                agent.wait(timeout=10)
+
+
+async def test_without_the_hub_an_agent_resumes_only_within_the_autonomy_window(
+    nats_server, sqlite_url, tmp_path, shared_dir
+):
+    agent = spawn_agent(nats_server.url, "w1", tmp_path, cpu="2")
+    try:
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            await wait_for(api.nodes, lambda n: len(n) == 1 and n[0]["status"] == "Ready")
+            body = {"name": "stale", "command": COUNTING, "env": {"RUNS": str(shared_dir)},
+                    "restart_policy": "on-failure"}  # fmt: skip
+            placement_id = (await api.wait_status(await api.post_workload(body), "Running"))["placements"][0][
+                "id"
+            ]
+        runs = shared_dir / f"{placement_id}.runs"
+        await wait_for(lambda: _counted(runs, 1), bool)
+        agent.kill()
+        agent.wait(timeout=5)
+        # The hub was last heard an hour ago (beyond the default window of 300 s) and is gone now.
+        (tmp_path / "w1" / "hub_contact").write_text(f"{time.time() - 3600:.3f}\n")
+        agent = spawn_agent(nats_server.url, "w1", tmp_path, cpu="2")
+        await asyncio.sleep(8)  # resume_confirm_s (5 s) and then some
+        assert _runs(runs) == 1 and agent.poll() is None
     finally:
         if agent.poll() is None:
             agent.terminate()
