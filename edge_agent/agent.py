@@ -37,6 +37,8 @@ from controlplane.bus.messages import (
     CommandV1,
     HeartbeatV1,
     HubHelloV1,
+    InvocationQueryV1,
+    InvocationStatusV1,
     InvokeResultV1,
     InvokeV1,
     MessageError,
@@ -80,6 +82,9 @@ log = logging.getLogger("edgeplane.agent")
 
 # When the hub last answered (wall-clock seconds): a restarted agent's autonomy window counts from it.
 HUB_CONTACT_FILE = "hub_contact"
+# The record of finished invocations a restarted hub may ask for: at most this many, this large.
+INVOCATIONS_KEPT = 2000
+INVOCATION_BYTES_KEPT = 64 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +164,11 @@ class Agent:
         self._contact_file = Path(config.work_dir) / HUB_CONTACT_FILE
         self._contact_written = 0.0
         self._resume_task: asyncio.Task[None] | None = None
+        # Invocations running now, and a bounded record of finished ones with their results: what
+        # a restarted hub asks for (fn.query) before it fails anything.
+        self._invocations_running: set[str] = set()
+        self._invocations_done: OrderedDict[str, tuple[InvokeResultV1, int]] = OrderedDict()
+        self._invocations_done_bytes = 0
         self._acks: OrderedDict[str, CommandAckV1] = OrderedDict()
         self._nc: NATS | None = None
         self._stop = asyncio.Event()
@@ -191,6 +201,7 @@ class Agent:
         await nc.subscribe(self.subjects.hub_hello(), cb=self._on_hello)
         await nc.subscribe(self.subjects.invoke(self.config.name), cb=self._on_invoke)
         await nc.subscribe(self.subjects.prewarm(self.config.name), cb=self._on_prewarm)
+        await nc.subscribe(self.subjects.invocation_query(self.config.name), cb=self._on_invocation_query)
         await nc.subscribe(self.subjects.bid(self.config.name), cb=self._on_bid)
         await nc.subscribe(self.subjects.node(self.config.name, "decisions"), cb=self._on_decisions)
         await nc.flush(timeout=5)
@@ -465,7 +476,7 @@ class Agent:
         task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
         return CommandAckV1(command_id=command.command_id, accepted=True)
 
-    async def _reply(self, msg: Msg, ack: CommandAckV1) -> None:
+    async def _reply(self, msg: Msg, ack: CommandAckV1 | InvocationStatusV1) -> None:
         if not msg.reply:
             return
         with contextlib.suppress(Exception):
@@ -490,26 +501,69 @@ class Agent:
 
     async def _invoke_and_reply(self, msg: Msg, request: InvokeV1) -> None:
         self.counters["invocations"] += 1
+        self._invocations_running.add(request.invocation_id)
         try:
             result = await self.functions.invoke(request)
         except Exception as exc:
             log.exception("invocation %s failed in the agent", request.invocation_id)
             error = {"type": type(exc).__name__, "message": str(exc), "code": "agent_error"}
             result = InvokeResultV1(invocation_id=request.invocation_id, ok=False, error=error)
-        if not msg.reply:
-            return
+        finally:
+            self._invocations_running.discard(request.invocation_id)
         payload = encode(result)
-        limit = self._nc.max_payload if self._nc is not None and self._nc.max_payload > 0 else 0
-        if limit and len(payload) > limit:
+        limit = self._nc.max_payload if self._nc is not None and self._nc.max_payload > 0 else 1 << 20
+        if len(payload) > limit:
             # The reply cannot cross the bus: say so, instead of leaving the caller to time out.
             error = {
                 "type": "ResultTooLarge",
                 "code": "result_too_large",
                 "message": f"the result is {len(payload)} bytes encoded; one NATS message carries {limit}",
             }
-            payload = encode(dataclasses.replace(result, ok=False, result=None, error=error))
-        with contextlib.suppress(Exception):
-            await msg.respond(payload)
+            result = dataclasses.replace(result, ok=False, result=None, error=error)
+            payload = encode(result)
+        self._remember_invocation(result, len(payload))
+        if msg.reply:
+            with contextlib.suppress(Exception):
+                await msg.respond(payload)
+
+    def _remember_invocation(self, result: InvokeResultV1, size: int) -> None:
+        """Keep the result for a hub that asks later; the oldest go first beyond the bounds."""
+        if not result.invocation_id:
+            return
+        self._invocations_done[result.invocation_id] = (result, size)
+        self._invocations_done_bytes += size
+        while self._invocations_done and (
+            len(self._invocations_done) > INVOCATIONS_KEPT
+            or self._invocations_done_bytes > INVOCATION_BYTES_KEPT
+        ):
+            _, (_, dropped) = self._invocations_done.popitem(last=False)
+            self._invocations_done_bytes -= dropped
+
+    async def _on_invocation_query(self, msg: Msg) -> None:
+        try:
+            query = decode(msg.data, InvocationQueryV1)
+        except MessageError as exc:
+            self._malformed("invocation_query", exc)
+            return
+        self._heard_hub()
+        reply = InvocationStatusV1(query_id=query.query_id)
+        nc = self._nc
+        limit = (nc.max_payload if nc is not None and nc.max_payload > 0 else 1 << 20) - 4096
+        size = len(encode(reply)) + 64 * len(query.invocation_ids)
+        for invocation_id in query.invocation_ids[:1000]:
+            if invocation_id in self._invocations_running:
+                reply.running.append(invocation_id)
+                continue
+            done = self._invocations_done.get(invocation_id)
+            if done is None:
+                continue
+            result, result_size = done
+            if size + result_size > limit:
+                reply.deferred.append(invocation_id)
+            else:
+                reply.finished.append(result)
+                size += result_size
+        await self._reply(msg, reply)
 
     async def _on_prewarm(self, msg: Msg) -> None:
         try:

@@ -8,6 +8,7 @@ Subjects (``{prefix}`` is the cluster's subject prefix, ``edgeplane.v1`` by defa
     {prefix}.{cluster}.node.{node}.cmd         hub -> agent   CommandV1       request/reply (CommandAckV1)
     {prefix}.{cluster}.node.{node}.fn.invoke   hub -> agent   InvokeV1        request/reply (InvokeResultV1)
     {prefix}.{cluster}.node.{node}.fn.prewarm  hub -> agent   PrewarmV1       request/reply (PrewarmAckV1)
+    {prefix}.{cluster}.node.{node}.fn.query    hub -> agent   InvocationQueryV1 request/reply (...StatusV1)
     {prefix}.{cluster}.node.{node}.bid         hub -> agent   BidRequestV1    request/reply (BidV1)
     {prefix}.hub.hello                         hub -> agents  HubHelloV1      publish (agents re-register)
 
@@ -40,6 +41,8 @@ __all__ = [
     "GpuTelemetry",
     "HeartbeatV1",
     "HubHelloV1",
+    "InvocationQueryV1",
+    "InvocationStatusV1",
     "InvokeResultV1",
     "InvokeV1",
     "MessageError",
@@ -118,6 +121,9 @@ class Subjects:
 
     def bid(self, node: str) -> str:
         return self.node(node, "bid")
+
+    def invocation_query(self, node: str) -> str:
+        return self.node(node, "fn.query")
 
     def hub_hello(self) -> str:
         return f"{self.prefix}.hub.hello"
@@ -376,6 +382,30 @@ class PrewarmAckV1:
     request_id: str
     started: int
     reason: str = ""
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class InvocationQueryV1:
+    """A restarted hub asks a node what became of invocations it had in flight."""
+
+    TYPE: ClassVar[str] = "invocation_query"
+    query_id: str
+    invocation_ids: list[str]
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class InvocationStatusV1:
+    """What a node knows of the queried invocations: the finished ones with their results, the
+    ones still running, and ``deferred`` ones whose results did not fit in this reply (ask again).
+    Ids it does not know are in none of the lists."""
+
+    TYPE: ClassVar[str] = "invocation_status"
+    query_id: str
+    finished: list[InvokeResultV1] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)
     v: int = SCHEMA_VERSION
 
 

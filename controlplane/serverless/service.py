@@ -45,6 +45,7 @@ from controlplane.bus.messages import (
 from controlplane.errors import ConflictError, EdgeplaneError, NotFoundError, PayloadTooLargeError
 from controlplane.serverless.estimates import Estimates, FunctionStats
 from controlplane.serverless.keepalive import Policy, make_policy
+from controlplane.serverless.recovery import InFlight, recover_invocations
 from controlplane.serverless.router import EnergyWeights, NodeOption, Route, route
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.store.models import FunctionRow, InvocationRow
@@ -57,6 +58,11 @@ __all__ = ["FunctionService", "InvocationOutcome", "ServerlessSettings"]
 
 # Error codes of invocations whose handler ran to its end: their timings are the function's own.
 _RAN_TO_THE_END = ("function_error", "bad_result", "result_too_large")
+_NOT_STRICT_JSON = {
+    "code": "bad_result",
+    "type": "ResultNotJSON",
+    "message": "the handler's result is not strict JSON (NaN or Infinity)",
+}
 
 log = logging.getLogger("edgeplane.hub.functions")
 
@@ -122,22 +128,76 @@ class FunctionService:
         async with self.hub.store.session() as s:
             for row in await s.scalars(select(FunctionRow).where(FunctionRow.deleted.is_(False))):
                 self.specs.setdefault(row.name, {})[row.version] = FunctionSpec.from_stored(row.spec)
-            # Async invocations cut short by a hub restart: queued ones run again, running ones failed.
+            # Async invocations cut short by a hub restart: queued ones run now (no node had them);
+            # for running ones the agents are asked first (serverless/recovery.py).
+            in_flight: list[InFlight] = []
             for invocation in await s.scalars(
                 select(InvocationRow).where(InvocationRow.status.in_(("Queued", "Running")))
             ):
                 if invocation.status == "Running":
-                    invocation.status = "Failed"
-                    invocation.error = {
-                        "code": "hub_restarted",
-                        "message": "the hub restarted during the invocation",
-                    }
-                    invocation.finished_at = time.time()
+                    spec = self.specs.get(invocation.function, {}).get(invocation.version)
+                    in_flight.append(InFlight(invocation.id, spec.timeout_s if spec is not None else 60.0))
                 else:
                     event = invocation.event.get("value")
                     self._spawn(
                         self._run_async(invocation.id, invocation.function, invocation.version, event)
                     )
+
+        if in_flight:
+            log.info(
+                "%d invocation(s) were running when the previous hub ended: asking the agents", len(in_flight)
+            )
+            self._spawn(self._recover(in_flight))
+
+    async def _recover(self, in_flight: list[InFlight]) -> None:
+        hub = self.hub
+
+        def ready_nodes() -> list[tuple[str, str]]:
+            return [(n.cluster, n.name) for n in hub.nodes.values() if n.status == "Ready"]
+
+        async def ask(cluster: str, subject: str, payload: bytes) -> bytes:
+            return await hub.bus.request(cluster, subject, payload, deadline_s=1.0)
+
+        async def finish(invocation_id: str, node: str, result: InvokeResultV1) -> None:
+            async with hub.store.session() as s:
+                row = await s.get(InvocationRow, invocation_id)
+                if row is None or row.status != "Running":
+                    return
+                ok = result.ok and _strict_json(result.result)
+                row.status = "Succeeded" if ok else "Failed"
+                row.node = node
+                row.cold_start = result.cold_start
+                row.result = {"value": result.result if ok else None}
+                row.error = (result.error or {}) if result.ok == ok else _NOT_STRICT_JSON
+                row.timings = {
+                    "queue_ms": round(result.queue_ms, 3),
+                    "cold_start_ms": round(result.cold_start_ms, 3),
+                    "exec_ms": round(result.exec_ms, 3),
+                }
+                row.finished_at = time.time()
+            log.info(
+                "invocation %s finished on %s while the hub was away: %s", invocation_id, node, row.status
+            )
+
+        async def fail(invocation_id: str, reason: str) -> None:
+            async with hub.store.session() as s:
+                row = await s.get(InvocationRow, invocation_id)
+                if row is None or row.status != "Running":
+                    return
+                row.status = "Failed"
+                row.error = {"code": "hub_restarted", "message": reason}
+                row.finished_at = time.time()
+            log.warning("invocation %s failed: %s", invocation_id, reason)
+
+        await recover_invocations(
+            in_flight,
+            nodes=ready_nodes,
+            subject_of=lambda cluster, node: hub.bus.subjects(cluster).invocation_query(node),
+            request=ask,
+            finish=finish,
+            fail=fail,
+            grace_s=max(10.0, 2 * max((n.lease_s for n in hub.nodes.values()), default=0.0)),
+        )
 
     async def stop(self) -> None:
         for timer in self._timers.values():

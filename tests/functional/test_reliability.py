@@ -11,7 +11,7 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from harness import running_agents, running_hub, wait_for
+from harness import PYTHON_FUNCTIONS, running_agents, running_hub, wait_for
 
 from controlplane.bus.messages import NodeResources, PlacementState, RegisterV1, StatusReportV1
 from controlplane.natsd import NatsServer, free_port
@@ -136,3 +136,28 @@ async def test_a_late_success_wins_over_the_re_placement_unless_that_has_started
         await hub.handle_report("b", _report("b", first, other, "Succeeded"))
         still = await api.workload(other)
         assert still["status"] == "Running" and still["placements"][0]["status"] == "Lost", still
+
+
+async def test_an_async_invocation_that_finished_while_the_hub_was_down_shows_its_result(
+    nats_server, sqlite_url, tmp_path
+):
+    """Issue 11, finding 2: a restarted hub marked every running async invocation Failed
+    (hub_restarted) without asking the agents, though they had finished, and their results were
+    lost."""
+    source = "import time\ndef handle(event, context):\n    time.sleep(2)\n    return {'done': event}\n"
+    async with running_agents(nats_server.url, tmp_path, ["f1"], wait_registered=False, **PYTHON_FUNCTIONS):
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            body = {"name": "slow", "source": source, "handler": "handle", "timeout_s": 30}
+            assert (await api.call("POST", "/v1/functions", body))[0] == 201
+            status, queued = await api.call("POST", "/v1/functions/slow/invoke?async=1", 7)
+            assert status == 202
+            path = f"/v1/invocations/{queued['invocation_id']}"
+            await wait_for(lambda: api.get(path), lambda i: i["status"] == "Running")
+            await asyncio.sleep(0.5)  # on the agent now
+        await asyncio.sleep(2.5)  # the hub is gone; the invocation finishes on the agent meanwhile
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            done = await wait_for(
+                lambda: api.get(path), lambda i: i["status"] in ("Succeeded", "Failed"), timeout=20
+            )
+            assert done["status"] == "Succeeded", done
+            assert done["result"] == {"done": 7} and done["node"] == "f1"
