@@ -16,6 +16,9 @@ Schema (version 1)::
         energy_price_per_kwh: 0.20     # >= 0
         weight: 1.0                    # > 0, used by placement.divide: weights
         labels: {tier: edge}
+        partition_share: 0.55          # (0, 1]: this share of a cluster's nodes (3 or more) silent
+                                       # at once is a partition: their work is held, not re-placed
+        autonomy_window_s: 300         # >= 0: how long held work may stay with silent nodes
     latency_ms:                        # symmetric inter-region latency matrix (ms)
       eu-west: {us-east: 80}
     placement:
@@ -68,6 +71,11 @@ class ClusterConfig:
     energy_price_per_kwh: float = 0.0
     weight: float = 1.0
     labels: dict[str, str] = field(default_factory=dict)
+    # When this share of the cluster's nodes (3 or more) goes silent at once, the hub treats it as a
+    # partition (as Kubernetes' zone-disruption rule does): the nodes go NotReady, but their work is
+    # held for autonomy_window_s (the nodes keep serving locally) before it is placed again.
+    partition_share: float = 0.55
+    autonomy_window_s: float = 300.0
 
 
 @dataclass(slots=True)
@@ -176,6 +184,8 @@ _CLUSTER_KEYS = {
     "energy_price_per_kwh",
     "weight",
     "labels",
+    "partition_share",
+    "autonomy_window_s",
 }
 
 
@@ -238,6 +248,13 @@ def parse_federation(data: Any, *, source: str = "<federation>") -> FederationCo
                 setattr(cluster, num_key, r.number(item[num_key], f"{key}.{num_key}"))
         if "weight" in item:
             cluster.weight = r.number(item["weight"], f"{key}.weight", strict=True)
+        if "partition_share" in item:
+            share = r.number(item["partition_share"], f"{key}.partition_share", strict=True)
+            if share > 1:
+                raise r.fail(f"{key}.partition_share", "must be in (0, 1]")
+            cluster.partition_share = share
+        if "autonomy_window_s" in item:
+            cluster.autonomy_window_s = r.number(item["autonomy_window_s"], f"{key}.autonomy_window_s")
         if "labels" in item:
             labels = r.mapping(item["labels"], f"{key}.labels")
             cluster.labels = {str(k): str(v) for k, v in labels.items()}

@@ -90,6 +90,8 @@ class NodeLive:
     battery_percent: float | None = None
     last_heartbeat_at: float = 0.0
     dirty: bool = False
+    # NotReady in a partition: its placements are held (not Lost) until the autonomy window ends.
+    held: bool = False
 
 
 class _Seen:
@@ -139,6 +141,7 @@ class Hub:
         self._background: set[asyncio.Task[Any]] = set()
         self._last_hello = 0.0
         self._deaf: set[str] = set()  # clusters whose NATS connection is down (leases held)
+        self._partitions: set[str] = set()  # clusters in a partition (their silent nodes' work held)
         self.started = False
         from controlplane.serverless.service import FunctionService, ServerlessSettings
 
@@ -401,6 +404,7 @@ class Hub:
         live.dirty = True
         self.functions.update_instances(node_name, msg.instances)
         if live.status != "Ready":
+            live.held = False  # back within the autonomy window: its held work simply goes on
             async with self._lock, self.store.session() as s:
                 await self._set_node_status(s, live, "Ready", "heartbeats resumed")
             self.wake()
@@ -747,7 +751,9 @@ class Hub:
 
         Silence only counts while the hub can hear: not while its own NATS connection for the
         node's cluster is down ("I can't hear anyone" is not "the node is gone"), and after a
-        reconnect every node gets a full lease again to re-register and heartbeat.
+        reconnect every node gets a full lease again to re-register and heartbeat. When a large
+        share of a cluster goes silent at once (a partition), the nodes go NotReady but their
+        placements are held until the cluster's autonomy window has passed.
         """
         now = asyncio.get_running_loop().time()
         expired: list[NodeLive] = []
@@ -766,29 +772,81 @@ class Hub:
         for cluster in sorted(self._deaf - deaf):
             log.info("NATS connection for cluster %s is back: every node gets a full lease", cluster)
         self._deaf = deaf
-        if not expired:
+        partitioned = self._partitioned(expired, now)
+        released = [n for n in self.nodes.values() if n.held and self._autonomy_over(n, now)]
+        if not expired and not released:
             return
         async with self.store.session() as s:
             for live in expired:
                 silent = now - live.last_seen
                 await self._set_node_status(s, live, "NotReady", f"no heartbeat for {silent:.1f}s")
-                placements = list(
-                    await s.scalars(
-                        select(PlacementRow).where(
-                            PlacementRow.node == live.name, PlacementRow.status.in_(ACTIVE_PLACEMENT)
-                        )
+                if live.cluster in partitioned:
+                    live.held = True
+                    log.info(
+                        "node %s: no heartbeat for %.1fs: NotReady; its work is held (partition in "
+                        "cluster %s) until it is heard again or the autonomy window ends",
+                        live.name,
+                        silent,
+                        live.cluster,
                     )
+                    continue
+                await self._lose_placements(
+                    s, live, f"no heartbeat for {silent:.1f}s (lease {live.lease_s:.1f}s)"
                 )
-                log.info(
-                    "node %s: no heartbeat for %.1fs (lease %.1fs): NotReady; %d placement(s) Lost, "
-                    "to be placed again",
-                    live.name,
-                    silent,
-                    live.lease_s,
-                    len(placements),
+            for live in released:
+                live.held = False
+                await self._lose_placements(s, live, "silent beyond the cluster's autonomy window")
+
+    def _partitioned(self, expired: list[NodeLive], now: float) -> set[str]:
+        """The clusters where so large a share of the nodes is silent at once that it looks like a
+        partition rather than failed nodes (3 or more recently heard nodes; partition_share)."""
+        found: set[str] = set()
+        for cluster in sorted({n.cluster for n in expired}):
+            config = self.federation.cluster(cluster)
+            if config is None:
+                continue
+            window = config.autonomy_window_s
+            # Members: nodes heard within the autonomy window (long-dead ones do not count).
+            members = [
+                n
+                for n in self.nodes.values()
+                if n.cluster == cluster and (n.status == "Ready" or now - n.last_seen <= window + n.lease_s)
+            ]
+            silent = [n for n in members if n.status != "Ready" or n in expired]
+            if len(members) >= 3 and len(silent) >= config.partition_share * len(members):
+                found.add(cluster)
+                if cluster not in self._partitions:
+                    log.warning(
+                        "cluster %s: %d of %d nodes silent at once: a partition; their work is held "
+                        "for up to %.0fs (autonomy window) instead of being placed again",
+                        cluster,
+                        len(silent),
+                        len(members),
+                        window,
+                    )
+        self._partitions = found | {n.cluster for n in self.nodes.values() if n.held}
+        return found
+
+    def _autonomy_over(self, live: NodeLive, now: float) -> bool:
+        config = self.federation.cluster(live.cluster)
+        window = config.autonomy_window_s if config is not None else 0.0
+        hearing_since = self.bus.hearing_since(live.cluster)
+        if hearing_since is None:
+            return False  # not while the hub itself cannot hear
+        return now - max(live.last_seen, hearing_since) > live.lease_s + window
+
+    async def _lose_placements(self, s: AsyncSession, live: NodeLive, why: str) -> None:
+        placements = list(
+            await s.scalars(
+                select(PlacementRow).where(
+                    PlacementRow.node == live.name, PlacementRow.status.in_(ACTIVE_PLACEMENT)
                 )
-                for placement in placements:
-                    await self._end_placement(s, placement, "Lost", f"node {live.name} lease expired")
+            )
+        )
+        if placements:
+            log.info("node %s: %s: %d placement(s) Lost, to be placed again", live.name, why, len(placements))
+        for placement in placements:
+            await self._end_placement(s, placement, "Lost", f"node {live.name} lease expired")
 
     async def _place_pending(self) -> None:
         async with self.store.session() as s:

@@ -14,6 +14,7 @@ from pathlib import Path
 from harness import PYTHON_FUNCTIONS, running_agents, running_hub, wait_for
 
 from controlplane.bus.messages import NodeResources, PlacementState, RegisterV1, StatusReportV1
+from controlplane.federation.config import ClusterConfig, FederationConfig
 from controlplane.natsd import NatsServer, free_port
 
 # Appends a line to $OUT/<workload id> when it starts: the count is how often it ran.
@@ -161,3 +162,70 @@ async def test_an_async_invocation_that_finished_while_the_hub_was_down_shows_it
             )
             assert done["status"] == "Succeeded", done
             assert done["result"] == {"done": 7} and done["node"] == "f1"
+
+
+def _silence(running, *names: str, for_s: float) -> None:
+    """As if the hub, hearing fine, had heard nothing from ``names`` for ``for_s`` beyond their lease."""
+    bus = running.hub.bus
+    bus._up_since = {url: since - 3600 for url, since in bus._up_since.items() if since is not None}
+    for name in names:
+        live = running.hub.nodes[name]
+        live.last_seen -= live.lease_s + for_s
+
+
+def _first_lost(workload: dict) -> bool:
+    return workload["placements"][0]["status"] == "Lost"
+
+
+def _heard(running, *names: str) -> None:
+    """As if ``names`` had just heartbeated (what handle_heartbeat does to the hub's view)."""
+    for name in names:
+        live = running.hub.nodes[name]
+        live.last_seen = asyncio.get_running_loop().time()
+        live.status, live.held = "Ready", False
+
+
+async def test_a_partition_holds_the_silent_nodes_work_for_the_autonomy_window(nats_server, sqlite_url):
+    """A majority of a cluster silent at once is a partition, not four dead nodes: their work is
+    held (the nodes keep serving locally) and placed again only after the autonomy window."""
+    federation = FederationConfig(
+        clusters=[ClusterConfig(name="default", region="local", autonomy_window_s=3.0)],
+        default_cluster="default",
+    )
+    async with running_hub(nats_server.url, sqlite_url, federation, lease_missed_heartbeats=400) as (
+        running,
+        api,
+    ):
+        hub = running.hub
+        for name in ("a", "b", "c", "d"):
+            assert (await hub.handle_register(name, _register(name))).accepted
+        ids = {}
+        for name in ("a", "b", "c"):
+            ids[name] = await api.post_workload(
+                {"name": f"on-{name}", "command": ["true"], "affinity": {"nodes": [name]}}
+            )
+            placement = (await wait_for(lambda n=name: api.workload(ids[n]), _placed))["placements"][0]
+            await hub.handle_report(name, _report(name, placement, ids[name], "Running"))
+        _silence(running, "a", "b", "c", for_s=0.5)  # 3 of 4 at once
+        await hub.reconcile_once()
+        nodes = {n["name"]: n["status"] for n in await api.nodes()}
+        assert nodes == {"a": "NotReady", "b": "NotReady", "c": "NotReady", "d": "Ready"}
+        for name in ("a", "b", "c"):
+            held = await api.workload(ids[name])
+            assert held["status"] == "Running" and held["placements"][0]["status"] == "Running", held
+        _heard(running, "c")  # c is heard again within the window: its work simply goes on
+        # Past the window, a and b are given up on: their work is Lost and placed again.
+        for name in ("a", "b"):
+            await wait_for(
+                lambda n=name: api.workload(ids[n]), lambda w: w["placements"][0]["status"] == "Lost"
+            )
+        assert (await api.workload(ids["c"]))["placements"][0]["status"] == "Running"
+
+        # One silent node of four is not a partition: its work is Lost at once.
+        _heard(running, "a", "b")
+        other = await api.post_workload({"name": "on-d", "command": ["true"], "affinity": {"nodes": ["d"]}})
+        placement = (await wait_for(lambda: api.workload(other), _placed))["placements"][0]
+        await hub.handle_report("d", _report("d", placement, other, "Running"))
+        _silence(running, "d", for_s=0.5)
+        await hub.reconcile_once()
+        assert (await api.workload(other))["placements"][0]["status"] == "Lost"

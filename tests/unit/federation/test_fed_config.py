@@ -66,3 +66,17 @@ def test_unreadable_yaml_names_the_line(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_federation(path)
     assert info.value.path == str(path) and info.value.key.startswith("line ")
+
+
+def test_partition_share_and_autonomy_window_are_read_and_checked():
+    data = {"clusters": [{"name": "a", "region": "r", "partition_share": 0.7, "autonomy_window_s": 60}]}
+    cluster = parse_federation(data).clusters[0]
+    assert (cluster.partition_share, cluster.autonomy_window_s) == (0.7, 60.0)
+    default = parse_federation({"clusters": [{"name": "a", "region": "r"}]}).clusters[0]
+    assert (default.partition_share, default.autonomy_window_s) == (0.55, 300.0)
+    cases = [({"partition_share": 1.5}, "partition_share"), ({"partition_share": 0}, "partition_share"),
+             ({"autonomy_window_s": -1}, "autonomy_window_s")]  # fmt: skip
+    for bad, key in cases:
+        with pytest.raises(ConfigError) as info:
+            parse_federation({"clusters": [{"name": "a", "region": "r", **bad}]}, source="fed.yaml")
+        assert info.value.key == f"clusters[0].{key}"
