@@ -20,7 +20,7 @@ import logging
 import os
 import time
 import uuid
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,7 @@ from edge_agent.confinement import Confinement
 from edge_agent.decisions import DecisionLog, LoggedDecision
 from edge_agent.executor import ProcessRunner, RunningPlacement
 from edge_agent.functions.pool import FunctionPool, Instance
+from edge_agent.outbox import DurableOutbox
 from edge_agent.restarts import Backoff, RestartChoice, as_requested, choice_from_decision, offer_for_restart
 from edge_agent.telemetry import (
     GpuReader,
@@ -82,6 +83,7 @@ log = logging.getLogger("edgeplane.agent")
 
 # When the hub last answered (wall-clock seconds): a restarted agent's autonomy window counts from it.
 HUB_CONTACT_FILE = "hub_contact"
+OUTBOX_FILE = "outbox.sqlite3"
 # The record of finished invocations a restarted hub may ask for: at most this many, this large.
 INVOCATIONS_KEPT = 2000
 INVOCATION_BYTES_KEPT = 64 * 2**20
@@ -154,7 +156,8 @@ class Agent:
             node=config.name,
             confinement=self.confinement,
         )
-        self.outbox: deque[StatusReportV1] = deque()
+        # Reports not yet acknowledged; final states survive an agent restart (outbox.sqlite3).
+        self.outbox = DurableOutbox(Path(config.work_dir) / OUTBOX_FILE)
         self.counters: Counter[str] = Counter()
         self.registered = asyncio.Event()
         self.hub_id = ""
@@ -251,6 +254,7 @@ class Agent:
         close = getattr(self.gpus, "close", None)
         if close is not None:
             close()
+        self.outbox.close()
 
     async def _resume(self, undecided: list[PlacementState]) -> None:
         """Resume what the hub confirms; without its word in time, all of it if the hub was heard
@@ -351,10 +355,18 @@ class Agent:
             labels=self.config.labels,
             node_type=self.config.node_type,
             telemetry=self._telemetry(),
-            # Work waiting to be resumed is reported as running: the hub's answer says whether to.
-            placements=[dataclasses.replace(s) for s in [*self.runner.states(), *self.runner.resumable()]],
+            placements=self._known_states(),
             isolation=dict(self.confinement.report),
         )
+
+    def _known_states(self) -> list[PlacementState]:
+        """What the registration tells the hub: the placements running, those waiting to be
+        resumed (as running: the hub's answer says whether to), and final states still queued
+        from before a restart (a workload that finished while the hub was away)."""
+        states = [*self.runner.states(), *self.runner.resumable()]
+        listed = {s.placement_id for s in states}
+        states += [s for s in self.outbox.latest_states() if s.placement_id not in listed]
+        return [dataclasses.replace(s) for s in states]
 
     async def _register_until_accepted(self) -> None:
         self.registered.clear()

@@ -11,7 +11,7 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from harness import PYTHON_FUNCTIONS, running_agents, running_hub, wait_for
+from harness import PYTHON_FUNCTIONS, running_agents, running_hub, spawn_agent, wait_for
 
 from controlplane.bus.messages import NodeResources, PlacementState, RegisterV1, StatusReportV1
 from controlplane.federation.config import ClusterConfig, FederationConfig
@@ -229,3 +229,32 @@ async def test_a_partition_holds_the_silent_nodes_work_for_the_autonomy_window(n
         _silence(running, "d", for_s=0.5)
         await hub.reconcile_once()
         assert (await api.workload(other))["placements"][0]["status"] == "Lost"
+
+
+async def test_a_final_report_survives_an_agent_restart_and_the_work_does_not_run_again(
+    nats_server, sqlite_url, tmp_path, shared_dir
+):
+    """The outbox is durable: a workload that finished while the hub was away, on an agent that was
+    then killed, is Succeeded when both come back, not Lost and run again."""
+    agent = spawn_agent(nats_server.url, "d1", tmp_path)
+    try:
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            await wait_for(api.nodes, lambda n: len(n) == 1 and n[0]["status"] == "Ready")
+            body = {"name": "short", "command": MARKED, "env": {"OUT": str(shared_dir)}}
+            workload_id = await api.post_workload(body)
+            await api.wait_status(workload_id, "Running")
+        await asyncio.sleep(4)  # the hub is gone; the workload (3 s) finishes; its report waits
+        agent.kill()  # and the agent dies with the report unsent
+        agent.wait(timeout=5)
+        assert (tmp_path / "d1" / "outbox.sqlite3").exists()
+        agent = spawn_agent(nats_server.url, "d1", tmp_path)
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            done = await api.wait_status(workload_id, "Succeeded", "Pending", "Scheduled", timeout=20)
+            assert done["status"] == "Succeeded", done
+            assert [p["status"] for p in done["placements"]] == ["Succeeded"]
+            await asyncio.sleep(1.0)
+            assert _runs(shared_dir, workload_id) == 1
+    finally:
+        if agent.poll() is None:
+            agent.terminate()
+            agent.wait(timeout=10)
