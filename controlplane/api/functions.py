@@ -12,7 +12,7 @@ from controlplane.api.keys import HUB
 from controlplane.api.redact import redact
 from controlplane.api.request import int_query, json_body
 from controlplane.api.views import iso
-from controlplane.errors import NotFoundError, ValidationError
+from controlplane.errors import ConflictError, NotFoundError, ValidationError
 from controlplane.serverless.service import InvocationOutcome
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.store.models import InvocationRow
@@ -85,13 +85,26 @@ async def invoke_function(request: web.Request) -> web.Response:
     version = _version_query(request)
     functions.resolve(name, version)
     event = await json_body(request, optional=True)
+    key = _idempotency_key(request)
     if request.query.get("async") in ("1", "true"):
-        invocation_id = await functions.invoke_async(name, event, version=version)
-        return web.json_response(
-            {"invocation_id": invocation_id, "status": "Queued", "poll": f"/v1/invocations/{invocation_id}"},
-            status=202,
+        invocation_id, created = await functions.invoke_async(
+            name, event, version=version, idempotency_key=key
         )
-    outcome = await functions.invoke(name, event, version=version)
+        state = "Queued"
+        if not created:  # a retry: the first invocation, wherever it is now
+            async with request.app[HUB].store.session() as s:
+                row = await s.get(InvocationRow, invocation_id)
+            state = row.status if row is not None else state
+        return web.json_response(
+            {"invocation_id": invocation_id, "status": state, "poll": f"/v1/invocations/{invocation_id}"},
+            status=202 if created else 200,
+        )
+    if key is not None:
+        outcome, row = await functions.invoke_once(name, event, version=version, idempotency_key=key)
+        if outcome is None:
+            return _replay(row)
+    else:
+        outcome = await functions.invoke(name, event, version=version)
     headers = _headers(outcome)
     if outcome.ok:
         try:
@@ -108,6 +121,39 @@ async def invoke_function(request: web.Request) -> web.Response:
     body_error = {"code": code, "message": error.pop("message", ""), "field": None, **error}
     return web.json_response(
         {"error": body_error, "invocation_id": outcome.invocation_id}, status=status, headers=headers
+    )
+
+
+def _idempotency_key(request: web.Request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not 0 < len(key) <= 128:
+        raise ValidationError("must be 1-128 characters", field="Idempotency-Key")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError("must be valid UTF-8", field="Idempotency-Key") from None
+    return key
+
+
+def _replay(row: InvocationRow) -> web.Response:
+    """The answer of a synchronous invocation retried with the same Idempotency-Key: its stored
+    result (nothing runs again), or 409 while the first one is still running."""
+    headers = {"X-Edgeplane-Invocation-Id": row.id, "X-Edgeplane-Idempotent-Replay": "true"}
+    if row.status in ("Queued", "Running"):
+        raise ConflictError(
+            f"an invocation with this Idempotency-Key is still running; poll /v1/invocations/{row.id}",
+            field="Idempotency-Key",
+        )
+    if row.status == "Succeeded":
+        body = json.dumps(row.result.get("value") if row.result else None, allow_nan=False)
+        return web.Response(text=body, content_type="application/json", headers=headers)
+    error = dict(row.error or {})
+    code = str(error.pop("code", "function_error"))
+    body_error = {"code": code, "message": error.pop("message", ""), "field": None, **error}
+    return web.json_response(
+        {"error": body_error, "invocation_id": row.id}, status=_ERROR_STATUS.get(code, 502), headers=headers
     )
 
 

@@ -566,11 +566,19 @@ _PATHS: dict[str, Any] = {
                 _NAME,
                 _VERSION,
                 {"name": "async", "in": "query", "schema": {"type": "string", "enum": ["1", "true"]}},
+                {
+                    "name": "Idempotency-Key",
+                    "in": "header",
+                    "description": "a retry with the same key is the same invocation: nothing runs again",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 128},
+                },
             ],
             "requestBody": {"content": {"application/json": {"schema": {}}}},
             "responses": {
                 "200": {
-                    "description": "The handler's result; X-Edgeplane-Cold-Start and timing headers",
+                    "description": "The handler's result (X-Edgeplane-Cold-Start and timing headers; "
+                    "X-Edgeplane-Idempotent-Replay on a retry with the same Idempotency-Key), or for "
+                    "async=1 with a key already used, that invocation (as for 202)",
                     "content": {"application/json": {"schema": {}}},
                 },
                 "202": {
@@ -595,6 +603,7 @@ _PATHS: dict[str, Any] = {
                 },
                 "400": _ERROR,
                 "404": _ERROR,
+                "409": _json(_ref("Error"), "An invocation with this Idempotency-Key is still running"),
                 "413": _json(_ref("Error"), "The event does not fit in one NATS message with the code"),
                 "422": _ERROR,
                 "502": _json(

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 
 from controlplane.bus.hub_bus import PAYLOAD_MARGIN, MessageTooLargeError
 from controlplane.bus.messages import (
@@ -620,24 +621,89 @@ class FunctionService:
 
     # --- asynchronous invocations ---------------------------------------------------------
 
-    async def invoke_async(self, name: str, event: Any, *, version: int | None = None) -> str:
+    async def invoke_async(
+        self, name: str, event: Any, *, version: int | None = None, idempotency_key: str | None = None
+    ) -> tuple[str, bool]:
+        """Queue an invocation; (its id, True) or, for a key seen before, (that one's id, False)."""
         spec = self.resolve(name, version)
         assert spec.version is not None
         self.check_event(spec, event)
-        invocation_id = uuid.uuid4().hex
+        invocation_id, created = await self._store_invocation(
+            name, spec.version, event, "Queued", idempotency_key
+        )
+        if created:
+            self._spawn(self._run_async(invocation_id, name, spec.version, event))
+        return invocation_id, created
+
+    async def invoke_once(
+        self, name: str, event: Any, *, version: int | None, idempotency_key: str
+    ) -> tuple[InvocationOutcome | None, InvocationRow]:
+        """A synchronous invocation under an Idempotency-Key: run it and keep its result, or, for a
+        key seen before, run nothing and return (None, that invocation as stored)."""
+        spec = self.resolve(name, version)
+        assert spec.version is not None
+        self.check_event(spec, event)
+        invocation_id, created = await self._store_invocation(
+            name, spec.version, event, "Running", idempotency_key
+        )
+        if created:
+            outcome = await self.invoke(name, event, version=spec.version, invocation_id=invocation_id)
+            await self._store_outcome(invocation_id, outcome)
+        else:
+            outcome = None
         async with self.hub.store.session() as s:
-            s.add(
-                InvocationRow(
-                    id=invocation_id,
-                    function=name,
-                    version=spec.version,
-                    status="Queued",
-                    event={"value": event},
-                    created_at=time.time(),
+            row = await s.get(InvocationRow, invocation_id)
+        assert row is not None
+        return outcome, row
+
+    async def _store_invocation(
+        self, name: str, version: int, event: Any, status: str, key: str | None
+    ) -> tuple[str, bool]:
+        """Store a new invocation; with a key already used, the earlier one's id (not created)."""
+        if key is not None:
+            existing = await self._by_key(key)
+            if existing is not None:
+                return existing, False
+        invocation_id = uuid.uuid4().hex
+        try:
+            async with self.hub.store.session() as s:
+                s.add(
+                    InvocationRow(
+                        id=invocation_id,
+                        function=name,
+                        version=version,
+                        status=status,
+                        event={"value": event},
+                        created_at=time.time(),
+                        idempotency_key=key,
+                    )
                 )
+        except IntegrityError:  # the same key, at the same moment, from another request
+            existing = await self._by_key(key or "")
+            if existing is None:
+                raise
+            return existing, False
+        return invocation_id, True
+
+    async def _by_key(self, key: str) -> str | None:
+        async with self.hub.store.session() as s:
+            found: str | None = await s.scalar(
+                select(InvocationRow.id).where(InvocationRow.idempotency_key == key)
             )
-        self._spawn(self._run_async(invocation_id, name, spec.version, event))
-        return invocation_id
+        return found
+
+    async def _store_outcome(self, invocation_id: str, outcome: InvocationOutcome) -> None:
+        async with self.hub.store.session() as s:
+            row = await s.get(InvocationRow, invocation_id)
+            if row is None:
+                return
+            row.status = "Succeeded" if outcome.ok else "Failed"
+            row.node = outcome.node
+            row.cold_start = outcome.cold_start
+            row.result = {"value": outcome.result}
+            row.error = outcome.error or {}
+            row.timings = outcome.timings()
+            row.finished_at = time.time()
 
     async def _run_async(self, invocation_id: str, name: str, version: int, event: Any) -> None:
         async with self.hub.store.session() as s:
@@ -656,17 +722,7 @@ class FunctionService:
                 ok=False,
                 error={"code": exc.code, "message": exc.message},
             )
-        async with self.hub.store.session() as s:
-            row = await s.get(InvocationRow, invocation_id)
-            if row is None:
-                return
-            row.status = "Succeeded" if outcome.ok else "Failed"
-            row.node = outcome.node
-            row.cold_start = outcome.cold_start
-            row.result = {"value": outcome.result}
-            row.error = outcome.error or {}
-            row.timings = outcome.timings()
-            row.finished_at = time.time()
+        await self._store_outcome(invocation_id, outcome)
 
     # --- views for the API ----------------------------------------------------------------
 

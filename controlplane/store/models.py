@@ -134,7 +134,8 @@ class FunctionRow(Base):
 
 
 class InvocationRow(Base):
-    """An asynchronous invocation (``?async=1``): queued, then its result."""
+    """An asynchronous invocation (``?async=1``), or a synchronous one with an Idempotency-Key:
+    queued, then its result."""
 
     __tablename__ = "invocations"
 
@@ -150,6 +151,8 @@ class InvocationRow(Base):
     timings: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # A client's Idempotency-Key: a retried invocation with the same key is the same invocation.
+    idempotency_key: Mapped[str | None] = mapped_column(String(128), nullable=True, unique=True, index=True)
 
 
 class ApiTokenRow(Base):

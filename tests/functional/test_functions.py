@@ -357,3 +357,47 @@ async def test_unknown_functions_get_404(nats_server, sqlite_url):
 
 async def _value(value):
     return value
+
+
+async def test_an_idempotency_key_makes_a_retried_invocation_the_same_one(
+    nats_server, sqlite_url, tmp_path, shared_dir
+):
+    """A client that retries (a timeout, a dropped connection) must not run the function twice."""
+    source = (
+        "import os, time\ndef handle(event, context):\n"
+        "    with open(os.path.join(event['dir'], 'runs'), 'a') as f:\n        f.write('run\\n')\n"
+        "    time.sleep(event.get('sleep', 0))\n    return {'n': event['n']}\n"
+    )
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (_, api),
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS),
+    ):
+        await _register(api, {"name": "once", "source": source, "handler": "handle"})
+        event = {"dir": str(shared_dir), "n": 1}
+        headers = {"Idempotency-Key": "order-42"}
+        first = await api.session.post(api.base + "/v1/functions/once/invoke", json=event, headers=headers)
+        assert first.status == 200 and await first.json() == {"n": 1}
+        again = await api.session.post(
+            api.base + "/v1/functions/once/invoke", json={**event, "n": 2}, headers=headers
+        )
+        assert again.status == 200 and await again.json() == {"n": 1}  # the first answer, replayed
+        assert again.headers["X-Edgeplane-Idempotent-Replay"] == "true"
+        invocation = await api.get(f"/v1/invocations/{first.headers['X-Edgeplane-Invocation-Id']}")
+        assert invocation["status"] == "Succeeded" and invocation["result"] == {"n": 1}
+        # Asynchronous: the retry gets the same invocation (200), not a new one (202).
+        headers = {"Idempotency-Key": "order-43"}
+        slow = {**event, "n": 3, "sleep": 1}
+        path = "/v1/functions/once/invoke?async=1"
+        status, queued = await api.call("POST", path, slow, headers=headers)
+        assert status == 202
+        status, retried = await api.call("POST", path, slow, headers=headers)
+        assert status == 200 and retried["invocation_id"] == queued["invocation_id"]
+        # A synchronous retry while the first is still running is a 409 naming the header.
+        status, busy = await api.call("POST", "/v1/functions/once/invoke", slow, headers=headers)
+        assert status == 409 and busy["error"]["field"] == "Idempotency-Key"
+        await wait_for(lambda: api.get(queued["poll"]), lambda i: i["status"] == "Succeeded")
+        assert (shared_dir / "runs").read_text().count("run") == 2  # order-42 once, order-43 once
+        status, bad = await api.call(
+            "POST", "/v1/functions/once/invoke", event, headers={"Idempotency-Key": ""}
+        )
+        assert status == 422 and bad["error"]["field"] == "Idempotency-Key"
