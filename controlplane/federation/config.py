@@ -19,6 +19,8 @@ Schema (version 1)::
         partition_share: 0.55          # (0, 1]: this share of a cluster's nodes (3 or more) silent
                                        # at once is a partition: their work is held, not re-placed
         autonomy_window_s: 300         # >= 0: how long held work may stay with silent nodes
+        eviction_grace_s: 0            # >= 0: how long the work of one silent node is held before
+                                       # it is placed again (0: at once, when its lease expires)
     latency_ms:                        # symmetric inter-region latency matrix (ms)
       eu-west: {us-east: 80}
     placement:
@@ -76,6 +78,10 @@ class ClusterConfig:
     # held for autonomy_window_s (the nodes keep serving locally) before it is placed again.
     partition_share: float = 0.55
     autonomy_window_s: float = 300.0
+    # A single silent node's work is held this long beyond its lease before it is placed again
+    # (Kubernetes' not-ready toleration): a node back within it keeps its work and reports what
+    # finished meanwhile, instead of that work running twice. 0: placed again at lease expiry.
+    eviction_grace_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -186,6 +192,7 @@ _CLUSTER_KEYS = {
     "labels",
     "partition_share",
     "autonomy_window_s",
+    "eviction_grace_s",
 }
 
 
@@ -255,6 +262,8 @@ def parse_federation(data: Any, *, source: str = "<federation>") -> FederationCo
             cluster.partition_share = share
         if "autonomy_window_s" in item:
             cluster.autonomy_window_s = r.number(item["autonomy_window_s"], f"{key}.autonomy_window_s")
+        if "eviction_grace_s" in item:
+            cluster.eviction_grace_s = r.number(item["eviction_grace_s"], f"{key}.eviction_grace_s")
         if "labels" in item:
             labels = r.mapping(item["labels"], f"{key}.labels")
             cluster.labels = {str(k): str(v) for k, v in labels.items()}

@@ -90,8 +90,10 @@ class NodeLive:
     battery_percent: float | None = None
     last_heartbeat_at: float = 0.0
     dirty: bool = False
-    # NotReady in a partition: its placements are held (not Lost) until the autonomy window ends.
+    # NotReady, its placements held (not Lost) for hold_s beyond its lease: the autonomy window in a
+    # partition, else the cluster's eviction grace.
     held: bool = False
+    hold_s: float = 0.0
 
 
 class _Seen:
@@ -780,8 +782,9 @@ class Hub:
             for live in expired:
                 silent = now - live.last_seen
                 await self._set_node_status(s, live, "NotReady", f"no heartbeat for {silent:.1f}s")
-                if live.cluster in partitioned:
-                    live.held = True
+                config = self.federation.cluster(live.cluster)
+                if live.cluster in partitioned and config is not None:
+                    live.held, live.hold_s = True, config.autonomy_window_s
                     log.info(
                         "node %s: no heartbeat for %.1fs: NotReady; its work is held (partition in "
                         "cluster %s) until it is heard again or the autonomy window ends",
@@ -790,12 +793,25 @@ class Hub:
                         live.cluster,
                     )
                     continue
+                if config is not None and config.eviction_grace_s > 0:
+                    # Kubernetes' not-ready toleration: a node that comes back within the grace
+                    # keeps its work (and reports what finished meanwhile) instead of it running twice.
+                    live.held, live.hold_s = True, config.eviction_grace_s
+                    log.info(
+                        "node %s: no heartbeat for %.1fs: NotReady; its work is held for %.0fs",
+                        live.name,
+                        silent,
+                        config.eviction_grace_s,
+                    )
+                    continue
                 await self._lose_placements(
                     s, live, f"no heartbeat for {silent:.1f}s (lease {live.lease_s:.1f}s)"
                 )
             for live in released:
                 live.held = False
-                await self._lose_placements(s, live, "silent beyond the cluster's autonomy window")
+                await self._lose_placements(
+                    s, live, f"silent beyond its lease and a hold of {live.hold_s:.0f}s"
+                )
 
     def _partitioned(self, expired: list[NodeLive], now: float) -> set[str]:
         """The clusters where so large a share of the nodes is silent at once that it looks like a
@@ -828,12 +844,12 @@ class Hub:
         return found
 
     def _autonomy_over(self, live: NodeLive, now: float) -> bool:
-        config = self.federation.cluster(live.cluster)
-        window = config.autonomy_window_s if config is not None else 0.0
+        """True when a held node has been silent beyond its lease and its hold (the autonomy
+        window in a partition, else the cluster's eviction grace)."""
         hearing_since = self.bus.hearing_since(live.cluster)
         if hearing_since is None:
             return False  # not while the hub itself cannot hear
-        return now - max(live.last_seen, hearing_since) > live.lease_s + window
+        return now - max(live.last_seen, hearing_since) > live.lease_s + live.hold_s
 
     async def _lose_placements(self, s: AsyncSession, live: NodeLive, why: str) -> None:
         placements = list(

@@ -258,3 +258,24 @@ async def test_a_final_report_survives_an_agent_restart_and_the_work_does_not_ru
         if agent.poll() is None:
             agent.terminate()
             agent.wait(timeout=10)
+
+
+async def test_with_an_eviction_grace_a_silent_nodes_work_waits_before_it_is_placed_again(
+    nats_server, sqlite_url
+):
+    cluster = ClusterConfig(name="default", region="local", eviction_grace_s=2.0)
+    federation = FederationConfig(clusters=[cluster], default_cluster="default")
+    hub_up = running_hub(nats_server.url, sqlite_url, federation, lease_missed_heartbeats=400)
+    async with hub_up as (running, api):
+        hub = running.hub
+        for name in ("a", "b"):
+            assert (await hub.handle_register(name, _register(name))).accepted
+        body = {"name": "graced", "command": ["true"], "affinity": {"nodes": ["a"]}}
+        workload_id = await api.post_workload(body)
+        placement = (await wait_for(lambda: api.workload(workload_id), _placed))["placements"][0]
+        await hub.handle_report("a", _report("a", placement, workload_id, "Running"))
+        _silence(running, "a", for_s=0.2)
+        await hub.reconcile_once()
+        assert (await api.get("/v1/nodes/a"))["status"] == "NotReady"
+        assert (await api.workload(workload_id))["placements"][0]["status"] == "Running"  # held
+        await wait_for(lambda: api.workload(workload_id), _first_lost, timeout=10)

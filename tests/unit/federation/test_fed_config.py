@@ -75,7 +75,8 @@ def test_partition_share_and_autonomy_window_are_read_and_checked():
     default = parse_federation({"clusters": [{"name": "a", "region": "r"}]}).clusters[0]
     assert (default.partition_share, default.autonomy_window_s) == (0.55, 300.0)
     cases = [({"partition_share": 1.5}, "partition_share"), ({"partition_share": 0}, "partition_share"),
-             ({"autonomy_window_s": -1}, "autonomy_window_s")]  # fmt: skip
+             ({"autonomy_window_s": -1}, "autonomy_window_s"),
+             ({"eviction_grace_s": -1}, "eviction_grace_s")]  # fmt: skip
     for bad, key in cases:
         with pytest.raises(ConfigError) as info:
             parse_federation({"clusters": [{"name": "a", "region": "r", **bad}]}, source="fed.yaml")
