@@ -29,7 +29,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
-from controlplane.bus.hub_bus import connect_nats
+from controlplane.bus.hub_bus import DEFAULT_MAX_PAYLOAD, PAYLOAD_MARGIN, connect_nats
 from controlplane.bus.messages import (
     BidRequestV1,
     BidV1,
@@ -523,7 +523,7 @@ class Agent:
         finally:
             self._invocations_running.discard(request.invocation_id)
         payload = encode(result)
-        limit = self._nc.max_payload if self._nc is not None and self._nc.max_payload > 0 else 1 << 20
+        limit = self._max_payload()
         if len(payload) > limit:
             # The reply cannot cross the bus: say so, instead of leaving the caller to time out.
             error = {
@@ -537,6 +537,11 @@ class Agent:
         if msg.reply:
             with contextlib.suppress(Exception):
                 await msg.respond(payload)
+
+    def _max_payload(self) -> int:
+        """The largest message the connection carries (what the server announced, else its default)."""
+        nc = self._nc
+        return nc.max_payload if nc is not None and nc.max_payload > 0 else DEFAULT_MAX_PAYLOAD
 
     def _remember_invocation(self, result: InvokeResultV1, size: int) -> None:
         """Keep the result for a hub that asks later; the oldest go first beyond the bounds."""
@@ -559,8 +564,7 @@ class Agent:
             return
         self._heard_hub()
         reply = InvocationStatusV1(query_id=query.query_id)
-        nc = self._nc
-        limit = (nc.max_payload if nc is not None and nc.max_payload > 0 else 1 << 20) - 4096
+        limit = self._max_payload() - PAYLOAD_MARGIN
         size = len(encode(reply)) + 64 * len(query.invocation_ids)
         for invocation_id in query.invocation_ids[:1000]:
             if invocation_id in self._invocations_running:

@@ -840,7 +840,10 @@ class Hub:
                         len(members),
                         window,
                     )
-        self._partitions = found | {n.cluster for n in self.nodes.values() if n.held}
+        # A partition lasts while nodes it held are still held (nodes held by the eviction grace
+        # alone do not make one: a real partition there is still announced).
+        held = {n.cluster for n in self.nodes.values() if n.held}
+        self._partitions = found | (self._partitions & held)
         return found
 
     def _autonomy_over(self, live: NodeLive, now: float) -> bool:

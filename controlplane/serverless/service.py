@@ -132,12 +132,14 @@ class FunctionService:
             # Async invocations cut short by a hub restart: queued ones run now (no node had them);
             # for running ones the agents are asked first (serverless/recovery.py).
             in_flight: list[InFlight] = []
+            functions: dict[str, tuple[str, int]] = {}
             for invocation in await s.scalars(
                 select(InvocationRow).where(InvocationRow.status.in_(("Queued", "Running")))
             ):
                 if invocation.status == "Running":
                     spec = self.specs.get(invocation.function, {}).get(invocation.version)
                     in_flight.append(InFlight(invocation.id, spec.timeout_s if spec is not None else 60.0))
+                    functions[invocation.id] = (invocation.function, invocation.version)
                 else:
                     event = invocation.event.get("value")
                     self._spawn(
@@ -148,9 +150,9 @@ class FunctionService:
             log.info(
                 "%d invocation(s) were running when the previous hub ended: asking the agents", len(in_flight)
             )
-            self._spawn(self._recover(in_flight))
+            self._spawn(self._recover(in_flight, functions))
 
-    async def _recover(self, in_flight: list[InFlight]) -> None:
+    async def _recover(self, in_flight: list[InFlight], functions: dict[str, tuple[str, int]]) -> None:
         hub = self.hub
 
         def ready_nodes() -> list[tuple[str, str]]:
@@ -160,24 +162,16 @@ class FunctionService:
             return await hub.bus.request(cluster, subject, payload, deadline_s=1.0)
 
         async def finish(invocation_id: str, node: str, result: InvokeResultV1) -> None:
-            async with hub.store.session() as s:
-                row = await s.get(InvocationRow, invocation_id)
-                if row is None or row.status != "Running":
-                    return
-                ok = result.ok and _strict_json(result.result)
-                row.status = "Succeeded" if ok else "Failed"
-                row.node = node
-                row.cold_start = result.cold_start
-                row.result = {"value": result.result if ok else None}
-                row.error = (result.error or {}) if result.ok == ok else _NOT_STRICT_JSON
-                row.timings = {
-                    "queue_ms": round(result.queue_ms, 3),
-                    "cold_start_ms": round(result.cold_start_ms, 3),
-                    "exec_ms": round(result.exec_ms, 3),
-                }
-                row.finished_at = time.time()
+            function, version = functions[invocation_id]
+            outcome = InvocationOutcome(invocation_id, function, version, node, ok=False)
+            _accept(outcome, result)
+            outcome.total_ms = outcome.queue_ms + outcome.cold_start_ms + outcome.exec_ms  # the agent's part
+            await self._store_outcome(invocation_id, outcome)
             log.info(
-                "invocation %s finished on %s while the hub was away: %s", invocation_id, node, row.status
+                "invocation %s finished on %s while the hub was away: %s",
+                invocation_id,
+                node,
+                "Succeeded" if outcome.ok else "Failed",
             )
 
         async def fail(invocation_id: str, reason: str) -> None:
@@ -509,29 +503,10 @@ class FunctionService:
             self.hub.bus.malformed["invoke_result"] += 1
             outcome.error = {"code": "bad_reply", "type": "BadReply", "message": str(exc)}
             return
-        if result.ok and not _strict_json(result.result):
-            # NaN or Infinity from a handler (a worker or command runtime that allows them): never
-            # relay them as a result, the API's answer would not be JSON.
-            result.ok, result.result = False, None
-            result.error = {
-                "code": "bad_result",
-                "type": "ResultNotJSON",
-                "message": "the handler's result is not strict JSON (NaN or Infinity)",
-            }
+        _accept(outcome, result)
         round_trip = (time.perf_counter() - sent) * 1000
-        outcome.ok = result.ok
-        outcome.result = result.result
-        outcome.error = result.error
-        outcome.cold_start = result.cold_start
-        outcome.cold_start_ms = result.cold_start_ms
-        outcome.queue_ms = result.queue_ms
-        outcome.exec_ms = result.exec_ms
         agent_ms = result.cold_start_ms + result.queue_ms + result.exec_ms
-        if result.error is None or result.error.get("code") in (
-            "function_error",
-            "bad_result",
-            "result_too_large",
-        ):
+        if outcome.error is None or outcome.error.get("code") in _RAN_TO_THE_END:
             self.estimates.observe(
                 spec.name,
                 node,
@@ -539,7 +514,7 @@ class FunctionService:
                 cold_ms=result.cold_start_ms if result.cold_start else None,
                 overhead_ms=round_trip - agent_ms,
             )
-        if result.instance_id and result.ok:
+        if result.instance_id and outcome.ok:
             assert spec.version is not None
             known = self.instances.setdefault(node, {})
             instance = known.get(result.instance_id)
@@ -695,7 +670,7 @@ class FunctionService:
     async def _store_outcome(self, invocation_id: str, outcome: InvocationOutcome) -> None:
         async with self.hub.store.session() as s:
             row = await s.get(InvocationRow, invocation_id)
-            if row is None:
+            if row is None or row.status != "Running":  # gone, or already resolved (recovery)
                 return
             row.status = "Succeeded" if outcome.ok else "Failed"
             row.node = outcome.node
@@ -759,6 +734,20 @@ class FunctionService:
                 "prewarm_after_s": window.prewarm_s,
             },
         }
+
+
+def _accept(outcome: InvocationOutcome, result: InvokeResultV1) -> None:
+    """Take an agent's result into ``outcome``: a result that is not strict JSON (NaN or Infinity
+    from a worker or command runtime that allows them) becomes an error, never a relayed result:
+    the API's answer would not be JSON."""
+    ok = result.ok and _strict_json(result.result)
+    outcome.ok = ok
+    outcome.result = result.result if ok else None
+    outcome.error = dict(_NOT_STRICT_JSON) if result.ok and not ok else result.error
+    outcome.cold_start = result.cold_start
+    outcome.cold_start_ms = result.cold_start_ms
+    outcome.queue_ms = result.queue_ms
+    outcome.exec_ms = result.exec_ms
 
 
 def _strict_json(value: Any) -> bool:
