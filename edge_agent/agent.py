@@ -64,6 +64,7 @@ from edge_agent.confinement import Confinement
 from edge_agent.decisions import DecisionLog, LoggedDecision
 from edge_agent.executor import ProcessRunner, RunningPlacement
 from edge_agent.functions.pool import FunctionPool, Instance
+from edge_agent.invocation_record import FinishedInvocations
 from edge_agent.outbox import DurableOutbox
 from edge_agent.restarts import Backoff, RestartChoice, as_requested, choice_from_decision, offer_for_restart
 from edge_agent.telemetry import (
@@ -84,6 +85,7 @@ log = logging.getLogger("edgeplane.agent")
 # When the hub last answered (wall-clock seconds): a restarted agent's autonomy window counts from it.
 HUB_CONTACT_FILE = "hub_contact"
 OUTBOX_FILE = "outbox.sqlite3"
+INVOCATIONS_FILE = "invocations.sqlite3"
 # The record of finished invocations a restarted hub may ask for: at most this many, this large.
 INVOCATIONS_KEPT = 2000
 INVOCATION_BYTES_KEPT = 64 * 2**20
@@ -170,8 +172,11 @@ class Agent:
         # Invocations running now, and a bounded record of finished ones with their results: what
         # a restarted hub asks for (fn.query) before it fails anything.
         self._invocations_running: set[str] = set()
-        self._invocations_done: OrderedDict[str, tuple[InvokeResultV1, int]] = OrderedDict()
-        self._invocations_done_bytes = 0
+        self._invocations_done = FinishedInvocations(
+            Path(config.work_dir) / INVOCATIONS_FILE,
+            max_count=INVOCATIONS_KEPT,
+            max_bytes=INVOCATION_BYTES_KEPT,
+        )
         self._acks: OrderedDict[str, CommandAckV1] = OrderedDict()
         self._nc: NATS | None = None
         self._stop = asyncio.Event()
@@ -255,6 +260,7 @@ class Agent:
         if close is not None:
             close()
         self.outbox.close()
+        self._invocations_done.close()
 
     async def _resume(self, undecided: list[PlacementState]) -> None:
         """Resume what the hub confirms; without its word in time, all of it if the hub was heard
@@ -533,7 +539,7 @@ class Agent:
             }
             result = dataclasses.replace(result, ok=False, result=None, error=error)
             payload = encode(result)
-        self._remember_invocation(result, len(payload))
+        self._remember_invocation(result, payload)
         if msg.reply:
             with contextlib.suppress(Exception):
                 await msg.respond(payload)
@@ -543,18 +549,9 @@ class Agent:
         nc = self._nc
         return nc.max_payload if nc is not None and nc.max_payload > 0 else DEFAULT_MAX_PAYLOAD
 
-    def _remember_invocation(self, result: InvokeResultV1, size: int) -> None:
-        """Keep the result for a hub that asks later; the oldest go first beyond the bounds."""
-        if not result.invocation_id:
-            return
-        self._invocations_done[result.invocation_id] = (result, size)
-        self._invocations_done_bytes += size
-        while self._invocations_done and (
-            len(self._invocations_done) > INVOCATIONS_KEPT
-            or self._invocations_done_bytes > INVOCATION_BYTES_KEPT
-        ):
-            _, (_, dropped) = self._invocations_done.popitem(last=False)
-            self._invocations_done_bytes -= dropped
+    def _remember_invocation(self, result: InvokeResultV1, payload: bytes) -> None:
+        """Keep the result for a hub that asks later (on disk: it outlives this process)."""
+        self._invocations_done.add(result, payload)
 
     async def _on_invocation_query(self, msg: Msg) -> None:
         try:

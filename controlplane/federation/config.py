@@ -19,7 +19,7 @@ Schema (version 1)::
         partition_share: 0.55          # (0, 1]: this share of a cluster's nodes (3 or more) silent
                                        # at once is a partition: their work is held, not re-placed
         autonomy_window_s: 300         # >= 0: how long held work may stay with silent nodes
-        eviction_grace_s: 0            # >= 0: how long the work of one silent node is held before
+        eviction_grace_s: 30           # >= 0: how long the work of one silent node is held before
                                        # it is placed again (0: at once, when its lease expires)
     latency_ms:                        # symmetric inter-region latency matrix (ms)
       eu-west: {us-east: 80}
@@ -81,7 +81,9 @@ class ClusterConfig:
     # A single silent node's work is held this long beyond its lease before it is placed again
     # (Kubernetes' not-ready toleration): a node back within it keeps its work and reports what
     # finished meanwhile, instead of that work running twice. 0: placed again at lease expiry.
-    eviction_grace_s: float = 0.0
+    # 30 s by default: an agent that restarts re-registers within it (and its registration confirms
+    # what died with it, which is placed again at once); only a node that stays silent waits.
+    eviction_grace_s: float = 30.0
 
 
 @dataclass(slots=True)

@@ -88,6 +88,14 @@ class Api:
         return list((await self.get("/v1/nodes"))["items"])
 
 
+def no_eviction_grace() -> FederationConfig:
+    """One local cluster whose silent nodes' work is placed again as soon as their lease expires
+    (the default holds it for 30 s first: tests of a dead node use this to stay short)."""
+    federation = single_cluster()
+    federation.clusters[0].eviction_grace_s = 0.0
+    return federation
+
+
 def hub_settings(nats_url: str, federation: FederationConfig | None = None, **overrides: Any) -> HubSettings:
     values: dict[str, Any] = {
         "nats_url": nats_url,

@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 
 import nats
-from harness import running_agents, running_hub, spawn_agent, wait_for
+from harness import no_eviction_grace, running_agents, running_hub, spawn_agent, wait_for
 
 from controlplane.bus.messages import (
     CommandAckV1,
@@ -44,7 +44,7 @@ async def test_a_killed_agent_process_goes_not_ready_its_work_dies_with_it_and_i
 ):
     agents = [spawn_agent(nats_server.url, name, tmp_path) for name in ("a1", "a2")]
     try:
-        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+        async with running_hub(nats_server.url, sqlite_url, federation=no_eviction_grace()) as (_, api):
             await wait_for(api.nodes, lambda n: len(n) == 2 and all(x["status"] == "Ready" for x in n))
             workload_id = await api.post_workload(
                 {
@@ -83,12 +83,51 @@ async def test_a_killed_agent_process_goes_not_ready_its_work_dies_with_it_and_i
                 agent.wait(timeout=10)
 
 
+async def test_by_default_a_killed_agents_work_is_held_and_placed_again_once_its_restart_confirms_it_died(
+    nats_server, sqlite_url, tmp_path, shared_dir
+):
+    """The default eviction grace (30 s): a silent node's work is not placed again at its lease
+    expiry (it may only be unreachable, and finished work would run twice); the agent's
+    registration after its restart confirms what died with it, which is placed again at once."""
+    agents = {name: spawn_agent(nats_server.url, name, tmp_path) for name in ("g1", "g2")}
+    try:
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            await wait_for(api.nodes, lambda n: len(n) == 2 and all(x["status"] == "Ready" for x in n))
+            body = {"name": "long", "command": PIDFILE_CMD, "env": {"PIDS": str(shared_dir)},
+                    "resources": {"cpu": 1}, "affinity": {"nodes": ["g1"]}}  # fmt: skip
+            workload_id = await api.post_workload(body)
+            first = await api.wait_status(workload_id, "Running")
+            placement_id = first["placements"][0]["id"]
+            pid = int((await wait_for(lambda: _read(shared_dir / f"{placement_id}.pid"), bool)).strip())
+            agents["g1"].kill()
+            agents["g1"].wait(timeout=5)
+            await wait_for(lambda: api.get("/v1/nodes/g1"), lambda n: n["status"] == "NotReady", timeout=10)
+            await wait_for(lambda: _async(not alive(pid)), bool, timeout=5)
+            await asyncio.sleep(2.0)  # well past the 0.75 s lease: held, not Lost
+            held = await api.workload(workload_id)
+            assert [p["status"] for p in held["placements"]] == ["Running"], held
+            agents["g1"] = spawn_agent(nats_server.url, "g1", tmp_path)
+            started = asyncio.get_running_loop().time()
+            again = await wait_for(
+                lambda: api.workload(workload_id),
+                lambda w: [p["status"] for p in w["placements"]] == ["Lost", "Running"],
+                timeout=15,
+            )
+            assert asyncio.get_running_loop().time() - started < 15  # not the 30 s grace
+            assert again["placements"][1]["node"] == "g1" and again["placements"][1]["attempt"] == 2
+    finally:
+        for agent in agents.values():
+            if agent.poll() is None:
+                agent.terminate()
+                agent.wait(timeout=10)
+
+
 async def test_a_frozen_agent_that_comes_back_has_its_replaced_work_stopped(
     nats_server, sqlite_url, tmp_path, shared_dir
 ):
     agents = [spawn_agent(nats_server.url, name, tmp_path) for name in ("f1", "f2")]
     try:
-        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+        async with running_hub(nats_server.url, sqlite_url, federation=no_eviction_grace()) as (_, api):
             await wait_for(api.nodes, lambda n: len(n) == 2 and all(x["status"] == "Ready" for x in n))
             workload_id = await api.post_workload(
                 {

@@ -11,7 +11,7 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from harness import PYTHON_FUNCTIONS, running_agents, running_hub, spawn_agent, wait_for
+from harness import PYTHON_FUNCTIONS, no_eviction_grace, running_agents, running_hub, spawn_agent, wait_for
 
 from controlplane.bus.messages import NodeResources, PlacementState, RegisterV1, StatusReportV1
 from controlplane.federation.config import ClusterConfig, FederationConfig
@@ -100,7 +100,11 @@ async def _lose(running, name: str) -> None:
 
 async def test_a_late_success_wins_over_the_re_placement_unless_that_has_started(nats_server, sqlite_url):
     # Nodes a and b are registered by hand and never heartbeat: a long lease keeps them Ready.
-    async with running_hub(nats_server.url, sqlite_url, lease_missed_heartbeats=400) as (running, api):
+    federation = no_eviction_grace()  # a lost node's work is placed again at once
+    async with running_hub(nats_server.url, sqlite_url, federation, lease_missed_heartbeats=400) as (
+        running,
+        api,
+    ):
         hub = running.hub
         assert (await hub.handle_register("a", _register("a"))).accepted
         late = {"name": "late", "command": ["true"]}  # only a exists yet
@@ -164,6 +168,33 @@ async def test_an_async_invocation_that_finished_while_the_hub_was_down_shows_it
             assert done["result"] == {"done": 7} and done["node"] == "f1"
 
 
+async def test_an_invocation_result_outlives_a_restart_of_both_the_agent_and_the_hub(
+    nats_server, sqlite_url, tmp_path
+):
+    """The agent's record of finished invocations is on disk: a result survives the agent's restart
+    while the hub was away (in memory only, the restarted hub failed it: hub_restarted)."""
+    source = "import time\ndef handle(event, context):\n    time.sleep(1.5)\n    return {'done': event}\n"
+    async with running_agents(nats_server.url, tmp_path, ["r1"], wait_registered=False, **PYTHON_FUNCTIONS):
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            body = {"name": "slow", "source": source, "handler": "handle", "timeout_s": 30}
+            assert (await api.call("POST", "/v1/functions", body))[0] == 201
+            status, queued = await api.call("POST", "/v1/functions/slow/invoke?async=1", 8)
+            assert status == 202
+            path = f"/v1/invocations/{queued['invocation_id']}"
+            await wait_for(lambda: api.get(path), lambda i: i["status"] == "Running")
+            await asyncio.sleep(0.5)  # on the agent now
+        await asyncio.sleep(2.0)  # the hub is gone; the invocation finishes on the agent meanwhile
+    assert (tmp_path / "agents" / "r1" / "invocations.sqlite3").stat().st_mode & 0o777 == 0o600
+    # A new agent process on the same work dir, then a new hub.
+    async with running_agents(nats_server.url, tmp_path, ["r1"], wait_registered=False, **PYTHON_FUNCTIONS):
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            done = await wait_for(
+                lambda: api.get(path), lambda i: i["status"] in ("Succeeded", "Failed"), timeout=20
+            )
+            assert done["status"] == "Succeeded", done
+            assert done["result"] == {"done": 8} and done["node"] == "r1"
+
+
 def _silence(running, *names: str, for_s: float) -> None:
     """As if the hub, hearing fine, had heard nothing from ``names`` for ``for_s`` beyond their lease."""
     bus = running.hub.bus
@@ -189,7 +220,7 @@ async def test_a_partition_holds_the_silent_nodes_work_for_the_autonomy_window(n
     """A majority of a cluster silent at once is a partition, not four dead nodes: their work is
     held (the nodes keep serving locally) and placed again only after the autonomy window."""
     federation = FederationConfig(
-        clusters=[ClusterConfig(name="default", region="local", autonomy_window_s=3.0)],
+        clusters=[ClusterConfig(name="default", region="local", autonomy_window_s=3.0, eviction_grace_s=0)],
         default_cluster="default",
     )
     async with running_hub(nats_server.url, sqlite_url, federation, lease_missed_heartbeats=400) as (

@@ -7,7 +7,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from harness import running_hub, spawn_agent, wait_for
+from harness import no_eviction_grace, running_hub, spawn_agent, wait_for
 
 # Counts its runs in $RUNS (a directory the test can read: the agent runs it as another user).
 COUNTING = ["sh", "-c", 'echo run >> "$RUNS/$EDGEPLANE_PLACEMENT_ID.runs"; exec sleep 60']
@@ -71,7 +71,7 @@ async def test_a_restarted_agent_does_not_resume_work_the_hub_has_moved(
     placed elsewhere, and it ran in two places at once until the hub stopped one copy."""
     agents = {name: spawn_agent(nats_server.url, name, tmp_path, cpu="2") for name in ("m1", "m2")}
     try:
-        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+        async with running_hub(nats_server.url, sqlite_url, federation=no_eviction_grace()) as (_, api):
             await wait_for(api.nodes, lambda n: len(n) == 2 and all(x["status"] == "Ready" for x in n))
             body = {"name": "moved", "command": COUNTING, "env": {"RUNS": str(shared_dir)},
                     "restart_policy": "on-failure", "affinity": {"nodes": ["m1"]}}  # fmt: skip
