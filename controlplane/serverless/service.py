@@ -35,6 +35,8 @@ from controlplane.bus.hub_bus import PAYLOAD_MARGIN, MessageTooLargeError
 from controlplane.bus.messages import (
     FunctionCode,
     FunctionInstance,
+    InvocationQueryV1,
+    InvocationStatusV1,
     InvokeResultV1,
     InvokeV1,
     MessageError,
@@ -69,6 +71,8 @@ log = logging.getLogger("edgeplane.hub.functions")
 
 # Time allowed on top of a function's timeout for a cold start and the network.
 COLD_START_BUDGET_S = 30.0
+# How long an invocation waits for the hub's NATS connection to come back before it is sent.
+RECONNECT_WAIT_S = 15.0
 
 
 @dataclass(slots=True)
@@ -448,12 +452,14 @@ class FunctionService:
             ok=False,
             mode=decision.mode,
         )
+        budget_s = spec.timeout_s + COLD_START_BUDGET_S
         try:
             subject = self.hub.bus.subjects(live.cluster).invoke(node)
+            # Not connected at this moment (NATS restarting): nothing was sent, so waiting for the
+            # connection within the invocation's budget and sending then runs it once, not never.
+            await self._wait_connected(live.cluster, min(budget_s, RECONNECT_WAIT_S))
             request_task = asyncio.ensure_future(
-                self.hub.bus.request(
-                    live.cluster, subject, encode(request), deadline_s=spec.timeout_s + COLD_START_BUDGET_S
-                )
+                self.hub.bus.request(live.cluster, subject, encode(request), deadline_s=budget_s)
             )
             lost_task = asyncio.ensure_future(lost.wait())
             done, _ = await asyncio.wait({request_task, lost_task}, return_when=asyncio.FIRST_COMPLETED)
@@ -472,11 +478,18 @@ class FunctionService:
                     self.counters["no_responders"] += 1
                     return None
                 except (TimeoutError, NatsTimeoutError):
-                    outcome.error = {
-                        "code": "timeout",
-                        "type": "Timeout",
-                        "message": f"no answer from {node} within {spec.timeout_s + COLD_START_BUDGET_S:g}s",
-                    }
+                    # The answer may have been lost with a connection (NATS restarted while the
+                    # function ran): the node keeps finished results; ask it before giving up.
+                    finished = await self._ask_node(live.cluster, node, invocation_id)
+                    if finished is not None:
+                        self.counters["answers_recovered"] += 1
+                        self._apply_result(outcome, finished, sent, spec, node)
+                    else:
+                        outcome.error = {
+                            "code": "timeout",
+                            "type": "Timeout",
+                            "message": f"no answer from {node} within {budget_s:g}s",
+                        }
                 except ConnectionError as exc:
                     outcome.error = {"code": "unavailable", "type": "Unavailable", "message": str(exc)}
                 except MessageTooLargeError as exc:
@@ -493,6 +506,28 @@ class FunctionService:
         if outcome.ok and prewarm_after > 0:
             self._schedule_prewarm(spec.name, prewarm_after)
         return outcome
+
+    async def _wait_connected(self, cluster: str, within_s: float) -> None:
+        """Until the hub's NATS connection for ``cluster`` is up, at most ``within_s`` seconds."""
+        for _ in range(max(1, int(within_s / 0.1))):  # bounded: polled, the bus has no such event
+            if self.hub.bus.hearing_since(cluster) is not None:
+                return
+            await asyncio.sleep(0.1)
+
+    async def _ask_node(self, cluster: str, node: str, invocation_id: str) -> bytes | None:
+        """The encoded result of ``invocation_id`` if ``node`` finished it (None: it did not, it
+        does not know it, or it cannot be asked now)."""
+        query = InvocationQueryV1(query_id=uuid.uuid4().hex, invocation_ids=[invocation_id])
+        try:
+            subject = self.hub.bus.subjects(cluster).invocation_query(node)
+            data = await self.hub.bus.request(cluster, subject, encode(query), deadline_s=2.0)
+            status = decode(data, InvocationStatusV1)
+        except Exception:  # not reachable, nobody listening, a malformed answer: no result
+            return None
+        for result in status.finished:
+            if result.invocation_id == invocation_id:
+                return encode(result)
+        return None
 
     def _apply_result(
         self, outcome: InvocationOutcome, data: bytes, sent: float, spec: FunctionSpec, node: str

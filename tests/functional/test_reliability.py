@@ -168,6 +168,39 @@ async def test_an_async_invocation_that_finished_while_the_hub_was_down_shows_it
             assert done["result"] == {"done": 7} and done["node"] == "f1"
 
 
+async def test_an_invocation_sent_while_nats_restarts_waits_for_it_and_runs_once(sqlite_url, tmp_path):
+    """Was: 503 unavailable at once while the hub's NATS connection was down (the chaos run's
+    "unavailable" failures). Now the invocation waits for the connection (within its budget) and
+    runs once."""
+    port = free_port()
+    server = NatsServer(port=port).start()
+    source = "def handle(event, context):\n    return {'got': event}\n"
+    try:
+        async with (
+            running_hub(server.url, sqlite_url) as (running, api),
+            running_agents(server.url, tmp_path, ["w1"], **PYTHON_FUNCTIONS),
+        ):
+            body = {"name": "echo", "source": source, "handler": "handle", "timeout_s": 10}
+            assert (await api.call("POST", "/v1/functions", body))[0] == 201
+            assert (await api.call("POST", "/v1/functions/echo/invoke", 1))[0] == 200
+            server.stop()
+            await wait_for(lambda: _async(running.hub.bus.hearing_since("default") is None), bool)
+            call = asyncio.ensure_future(api.call("POST", "/v1/functions/echo/invoke", 2))
+            await asyncio.sleep(2.0)
+            assert not call.done(), "answered while NATS was down"
+            server = NatsServer(port=port).start()
+            status, answer = await asyncio.wait_for(call, timeout=20)
+            assert (status, answer) == (200, {"got": 2})
+            stats = await api.get("/v1/functions/echo")
+            assert stats["stats"]["invocations"] == 2, stats
+    finally:
+        server.stop()
+
+
+async def _async(value: bool) -> bool:
+    return value
+
+
 async def test_an_invocation_result_outlives_a_restart_of_both_the_agent_and_the_hub(
     nats_server, sqlite_url, tmp_path
 ):
