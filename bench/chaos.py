@@ -4,7 +4,8 @@ off the network, then count what was lost and what ran twice.
 Each scenario starts its own nats-server, hub (``controlplane serve``) and N agents (``edge-agent
 run``) as separate processes, submits a bounded load of marker-writing workloads and function
 invocations (synchronous and asynchronous, each with an ``Idempotency-Key`` and retried while the hub
-is away, as a client does), and hits one component K times at moments drawn from the seed:
+is away, as a client does), and hits one component K times at moments drawn from the seed (at least
+5 s after the previous hit's recovery):
 
 - ``nats``: ``kill -9`` the nats-server (back after 2-5 s);
 - ``hub``: ``kill -9`` the hub (back after 2-5 s, same port and store);
@@ -73,6 +74,7 @@ def handle(event, context):
 FUNCTION_TIMEOUT_S = 20.0
 SCENARIOS = ("nats", "hub", "agent", "partition", "mixed")
 FINAL = ("Succeeded", "Failed")
+GAP_S = 5.0  # the least time between one hit's recovery and the next hit
 
 
 class PartitionUnavailable(RuntimeError):
@@ -460,8 +462,13 @@ async def run_scenario(name: str, args: argparse.Namespace, rng: random.Random) 
 
             async def chaos() -> None:
                 began = time.monotonic()
+                recovered = began
                 for at, what in schedule:
-                    await asyncio.sleep(max(0.0, began + at - time.monotonic()))
+                    # At its moment, but never sooner than GAP_S after the last recovery: back-to-back
+                    # hits would make one outage of their sum (a 15 s partition twice is a 30 s one).
+                    await asyncio.sleep(
+                        max(0.0, began + at - time.monotonic(), recovered + GAP_S - time.monotonic())
+                    )
                     now = time.monotonic() - began
                     if name == "partition":
                         assert netns is not None
@@ -470,12 +477,14 @@ async def run_scenario(name: str, args: argparse.Namespace, rng: random.Random) 
                         netns.cut()
                         await asyncio.sleep(outage)
                         netns.heal()
+                        recovered = time.monotonic()
                         continue
                     outage = rng.uniform(2, 5)
                     print(f"  t={now:5.1f}s kill -9 {what}, back in {outage:.1f}s", flush=True)
                     fleet.kill(what)
                     await asyncio.sleep(outage)
                     fleet.restart(what)
+                    recovered = time.monotonic()
 
             await asyncio.gather(submit_workloads(), submit_invocations(), chaos())
             await asyncio.gather(*calls)
