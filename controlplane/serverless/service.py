@@ -443,6 +443,7 @@ class FunctionService:
         key = (node, spec.name, spec.version)
         self.in_flight[key] += 1
         lost = self._node_lost.setdefault(node, asyncio.Event())
+        boot_id = live.boot_id
         sent = time.perf_counter()
         outcome = InvocationOutcome(
             invocation_id=invocation_id,
@@ -465,12 +466,26 @@ class FunctionService:
             done, _ = await asyncio.wait({request_task, lost_task}, return_when=asyncio.FIRST_COMPLETED)
             lost_task.cancel()
             if request_task not in done:
+                # The node went silent: dead, or only cut off and still running the function (its
+                # answer then arrives when it is heard again). Wait for it as long as the cluster
+                # holds a silent node's work (eviction grace) within the function's timeout, or
+                # until the node is back as a new agent process (its worker died with the old
+                # one); then ask it once for a finished result before giving up.
+                cluster = self.hub.federation.cluster(live.cluster)
+                grace_s = cluster.eviction_grace_s if cluster is not None else 0.0
+                await self._outlast_silence(request_task, node, boot_id, min(spec.timeout_s, grace_s))
+            if not request_task.done():
                 request_task.cancel()
-                outcome.error = {
-                    "code": "agent_lost",
-                    "type": "AgentLost",
-                    "message": f"node {node} stopped answering during the invocation",
-                }
+                finished = await self._ask_node(live.cluster, node, invocation_id)
+                if finished is not None:
+                    self.counters["answers_recovered"] += 1
+                    self._apply_result(outcome, finished, sent, spec, node)
+                else:
+                    outcome.error = {
+                        "code": "agent_lost",
+                        "type": "AgentLost",
+                        "message": f"node {node} stopped answering during the invocation",
+                    }
             else:
                 try:
                     data = request_task.result()
@@ -506,6 +521,19 @@ class FunctionService:
         if outcome.ok and prewarm_after > 0:
             self._schedule_prewarm(spec.name, prewarm_after)
         return outcome
+
+    async def _outlast_silence(
+        self, request: asyncio.Future[bytes], node: str, boot_id: str, timeout_s: float
+    ) -> None:
+        """Wait for ``request``'s answer while its node is silent: at most ``timeout_s``, and no
+        longer once the node is back as another agent process (a new boot id)."""
+        for _ in range(int(timeout_s / 0.5)):
+            done, _ = await asyncio.wait({request}, timeout=0.5)
+            if done:
+                return
+            live = self.hub.nodes.get(node)
+            if live is not None and live.boot_id != boot_id and live.status == "Ready":
+                return
 
     async def _wait_connected(self, cluster: str, within_s: float) -> None:
         """Until the hub's NATS connection for ``cluster`` is up, at most ``within_s`` seconds."""

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from harness import PYTHON_FUNCTIONS, running_agents, running_hub, wait_for, write_power_supply
+from harness import (
+    PYTHON_FUNCTIONS,
+    no_eviction_grace,
+    running_agents,
+    running_hub,
+    spawn_agent,
+    wait_for,
+    write_power_supply,
+)
 
 from controlplane.serverless.keepalive import Policy, Window
 
@@ -294,7 +304,9 @@ async def test_an_agent_dying_mid_invocation_fails_it_clearly_instead_of_hanging
         stderr=subprocess.DEVNULL,
     )
     try:
-        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+        # No eviction grace: a silent node is presumed dead at once (by default the invocation
+        # waits up to 30 s for its node to be heard again; see the frozen-agent test).
+        async with running_hub(nats_server.url, sqlite_url, federation=no_eviction_grace()) as (_, api):
             await wait_for(api.nodes, lambda n: len(n) == 1 and n[0]["status"] == "Ready")
             await _register(
                 api,
@@ -317,6 +329,35 @@ async def test_an_agent_dying_mid_invocation_fails_it_clearly_instead_of_hanging
     finally:
         if agent.poll() is None:
             agent.kill()
+        agent.wait(timeout=10)
+
+
+async def test_an_invocation_on_a_node_that_is_only_cut_off_for_a_while_gets_its_answer(
+    nats_server, sqlite_url, tmp_path
+):
+    """Was: 502 agent_lost as soon as the node's lease expired, though the function ran to its end
+    there (the chaos run's partition scenario: a result thrown away). Now the hub waits for the
+    answer while the cluster holds the silent node's work (the eviction grace, 30 s by default)."""
+    agent = spawn_agent(nats_server.url, "frozen", tmp_path, run_as=PYTHON_FUNCTIONS.get("run_as"))
+    try:
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            await wait_for(api.nodes, lambda n: len(n) == 1 and n[0]["status"] == "Ready")
+            source = "import time\ndef handle(e, c):\n    time.sleep(3)\n    return {'slept': e}\n"
+            await _register(api, {"name": "nap", "source": source, "handler": "handle", "timeout_s": 20})
+            call = asyncio.create_task(_invoke(api, "nap", 5))
+            await asyncio.sleep(1.0)  # running on the node now
+            agent.send_signal(signal.SIGSTOP)  # silent: heartbeats stop, the worker goes on
+            await wait_for(lambda: api.get("/v1/nodes/frozen"), lambda n: n["status"] == "NotReady")
+            await asyncio.sleep(2.5)
+            assert not call.done(), "gave up on a node that is only silent"
+            agent.send_signal(signal.SIGCONT)
+            status, body, _ = await asyncio.wait_for(call, timeout=20)
+            assert (status, body) == (200, {"slept": 5})
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            agent.send_signal(signal.SIGCONT)
+        if agent.poll() is None:
+            agent.terminate()
         agent.wait(timeout=10)
 
 
