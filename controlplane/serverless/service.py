@@ -71,6 +71,8 @@ log = logging.getLogger("edgeplane.hub.functions")
 
 # Time allowed on top of a function's timeout for a cold start and the network.
 COLD_START_BUDGET_S = 30.0
+# Failures of an invocation that did not start anywhere: a retry under its Idempotency-Key runs it.
+NEVER_STARTED = frozenset({"no_capacity", "unavailable"})
 # How long an invocation waits for the hub's NATS connection to come back before it is sent.
 RECONNECT_WAIT_S = 15.0
 
@@ -742,6 +744,10 @@ class FunctionService:
             row.error = outcome.error or {}
             row.timings = outcome.timings()
             row.finished_at = time.time()
+            if not outcome.ok and (outcome.error or {}).get("code") in NEVER_STARTED:
+                # Nothing ran: the key is free again, so the client's retry runs it (as Stripe's
+                # idempotency keys keep no result for a request that did not execute).
+                row.idempotency_key = None
 
     async def _run_async(self, invocation_id: str, name: str, version: int, event: Any) -> None:
         async with self.hub.store.session() as s:

@@ -442,3 +442,22 @@ async def test_an_idempotency_key_makes_a_retried_invocation_the_same_one(
             "POST", "/v1/functions/once/invoke", event, headers={"Idempotency-Key": ""}
         )
         assert status == 422 and bad["error"]["field"] == "Idempotency-Key"
+
+
+async def test_a_retry_of_an_invocation_that_never_started_runs_it(nats_server, sqlite_url, tmp_path):
+    """An Idempotency-Key keeps no answer for an invocation that ran nowhere (503 no_capacity): the
+    client's retry under the same key runs it, once, when there is capacity."""
+    source = "def handle(event, context):\n    return {'n': event}\n"
+    async with running_hub(nats_server.url, sqlite_url) as (_, api):
+        await _register(api, {"name": "later", "source": source, "handler": "handle"})
+        headers = {"Idempotency-Key": "retry-me"}
+        status, body = await api.call("POST", "/v1/functions/later/invoke", 1, headers=headers)
+        assert status == 503 and body["error"]["code"] == "no_capacity"
+        async with running_agents(nats_server.url, tmp_path, ["n1"], **PYTHON_FUNCTIONS):
+            await wait_for(api.nodes, lambda n: len(n) == 1 and n[0]["status"] == "Ready")
+            again = await api.session.post(api.base + "/v1/functions/later/invoke", json=1, headers=headers)
+            assert again.status == 200 and await again.json() == {"n": 1}
+            assert "X-Edgeplane-Idempotent-Replay" not in again.headers
+            replay = await api.session.post(api.base + "/v1/functions/later/invoke", json=1, headers=headers)
+            assert replay.status == 200 and replay.headers["X-Edgeplane-Idempotent-Replay"] == "true"
+            assert replay.headers["X-Edgeplane-Invocation-Id"] == again.headers["X-Edgeplane-Invocation-Id"]
