@@ -23,7 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "nats-config": ("controlplane.commands.nats_config", "the NATS authorization an external server needs"),
     "simulate-functions": ("controlplane.serverless.sim_cli", "compare function keep-alive policies"),
     "simulate": ("controlplane.sim.cli", "compare schedulers side by side in the discrete-event simulator"),
-    "policy": ("controlplane.policy.cli", "train, export and evaluate the agent's local policy"),
+    "policy": ("controlplane.policy.cli", "train, export, evaluate and benchmark the agent's local policy"),
 }
 
 

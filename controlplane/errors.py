@@ -1,10 +1,14 @@
 """Domain errors shared by the hub's subsystems.
 
 Each error carries a machine-readable ``code`` and, where it concerns one input, the ``field``
-that was wrong; the HTTP layer maps them to status codes and a JSON body.
+that was wrong; the HTTP layer maps them to status codes and a JSON body. The base class and the
+errors the agent raises too (:class:`ValidationError`, :class:`ConfigError`) are the contract's
+(``edgeplane_contract.errors``); the hub's modules import all of them from here.
 """
 
 from __future__ import annotations
+
+from edgeplane_contract.errors import ConfigError, EdgeplaneError, ValidationError
 
 __all__ = [
     "BadRequestError",
@@ -19,30 +23,6 @@ __all__ = [
     "UnsupportedMediaTypeError",
     "ValidationError",
 ]
-
-
-class EdgeplaneError(Exception):
-    """Base class of every expected, user-facing error."""
-
-    code = "internal"
-    http_status = 500
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-        # Extra HTTP response headers (WWW-Authenticate, Retry-After, ...).
-        self.headers: dict[str, str] = {}
-
-    def to_dict(self) -> dict[str, object]:
-        return {"code": self.code, "message": self.message, "field": self.field}
-
-
-class ValidationError(EdgeplaneError):
-    """A request body, query parameter or message field is invalid."""
-
-    code = "invalid"
-    http_status = 422
 
 
 class BadRequestError(EdgeplaneError):
@@ -99,18 +79,6 @@ class RateLimitedError(EdgeplaneError):
     def __init__(self, message: str, *, retry_after_s: int) -> None:
         super().__init__(message)
         self.headers["Retry-After"] = str(retry_after_s)
-
-
-class ConfigError(EdgeplaneError):
-    """A configuration file is invalid; names the file, the key and the reason."""
-
-    code = "config"
-
-    def __init__(self, path: str, key: str, reason: str) -> None:
-        super().__init__(f"{path}: {key}: {reason}", field=key)
-        self.path = path
-        self.key = key
-        self.reason = reason
 
 
 class StartupError(Exception):

@@ -29,8 +29,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
-from controlplane.bus.hub_bus import DEFAULT_MAX_PAYLOAD, PAYLOAD_MARGIN, connect_nats
-from controlplane.bus.messages import (
+from edgeplane_contract.messages import (
     BidRequestV1,
     BidV1,
     CommandAckV1,
@@ -56,7 +55,9 @@ from controlplane.bus.messages import (
     decode,
     encode,
 )
-from controlplane.scheduling.reward import RewardConfig
+from edgeplane_contract.objective import RewardConfig
+from edgeplane_contract.transport import DEFAULT_MAX_PAYLOAD, PAYLOAD_MARGIN, connect_nats
+
 from edge_agent import __version__
 from edge_agent.cgroups import CpuLimiter, NoCpuLimit, detect_cpu_limiter
 from edge_agent.config import AgentConfig
@@ -95,7 +96,7 @@ INVOCATION_BYTES_KEPT = 64 * 2**20
 class LocalOutcome:
     """One local-policy decision with the inputs it was made under."""
 
-    decision: Any  # edge_agent.policy.runtime.Decision (imported lazily: onnxruntime is optional)
+    decision: Any  # edgeplane_contract.policy.runtime.Decision (imported lazily: onnxruntime is optional)
     weights: tuple[float, float, float, float]
     power: PowerState
 
@@ -193,7 +194,7 @@ class Agent:
 
     async def run(self) -> None:
         if self.config.local_policy:
-            from edge_agent.policy.runtime import LocalPolicy
+            from edgeplane_contract.policy.runtime import LocalPolicy
 
             self.policy = LocalPolicy.load(self.config.policy_model)
         # Work a previous run of this agent left (it died, and its processes with it) is resumed
@@ -659,8 +660,8 @@ class Agent:
         resources are free while it is down); ``released_memory`` is memory about to be freed
         (an idle function instance whose keep-warm is being decided).
         """
-        from controlplane.scheduling.power import DEFAULT_POWER_SPECS
-        from edge_agent.policy.features import NodeView
+        from edgeplane_contract.policy.features import NodeView
+        from edgeplane_contract.power import DEFAULT_POWER_SPECS
 
         sample = self.system.read()
         running = [
@@ -705,7 +706,7 @@ class Agent:
         """
         if self.policy is None:
             return None
-        from edge_agent.policy.features import Offer
+        from edgeplane_contract.policy.features import Offer
 
         power = self.power.read()
         weights = current_weights(self.reward_config, power)

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from controlplane.errors import ConfigError, ValidationError
-from controlplane.resources import parse_cpu, parse_memory
+from edgeplane_contract.errors import ConfigError, ValidationError
+from edgeplane_contract.resources import parse_cpu, parse_memory
 
 __all__ = ["main"]
 
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     # The local policy's tools; the module keeps numpy/onnxruntime imports inside its functions.
     from edge_agent.policy import cli as policy_cli
 
-    policy_cli.configure(sub.add_parser("policy", help="inspect and benchmark the local policy"))
+    policy_cli.configure(sub.add_parser("policy", help="inspect the local policy model"))
     return parser
 
 
@@ -125,9 +125,11 @@ class _JoinFailed(Exception):
 
 def _configure(args: argparse.Namespace, overrides: dict[str, Any]) -> object:
     """The agent's settings with its NATS identity (see the module docstring for the order)."""
-    from controlplane.bus.credentials import NatsTls
+    from edgeplane_contract.credentials import NatsTls
+    from edgeplane_contract.enrolment import CREDENTIALS_FILE, AgentCredentials, load_credentials
+
     from edge_agent.config import load_agent_config
-    from edge_agent.enrol import CREDENTIALS_FILE, AgentCredentials, JoinError, join, load_credentials
+    from edge_agent.enrol import JoinError, join
 
     credentials: AgentCredentials | None = None
     if args.credentials:

@@ -40,9 +40,10 @@ from typing import Any
 
 import yaml
 
-from controlplane.bus.credentials import NatsTls
-from controlplane.errors import ConfigError, ValidationError
-from controlplane.resources import parse_cpu, parse_memory
+from edgeplane_contract.credentials import NatsTls
+from edgeplane_contract.errors import ConfigError, ValidationError
+from edgeplane_contract.messages import DEFAULT_PREFIX
+from edgeplane_contract.resources import parse_cpu, parse_memory
 
 __all__ = ["AgentConfig", "load_agent_config"]
 
@@ -57,7 +58,7 @@ class AgentConfig:
     nats_url: str = "nats://127.0.0.1:4222"
     cluster: str = "default"
     name: str = ""
-    subject_prefix: str = "edgeplane.v1"
+    subject_prefix: str = DEFAULT_PREFIX
     heartbeat_interval_s: float = 2.0
     node_type: str = "edge"
     labels: dict[str, str] = field(default_factory=dict)
@@ -231,7 +232,7 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
     if not isinstance(reward, dict):
         raise fail("reward", "must be a mapping with weights and adaptive")
     try:
-        from controlplane.scheduling.reward import RewardConfig
+        from edgeplane_contract.objective import RewardConfig
 
         RewardConfig.from_dict(reward)
     except (ValueError, TypeError) as exc:

@@ -4,76 +4,26 @@
 sends its public key with the token to the hub's ``POST /v1/join``, and keeps what the hub
 answers with the seed in ``<work_dir>/credentials.json`` (0600); later starts reuse that file.
 ``--credentials FILE`` takes a file made by ``controlplane agent-credentials create`` instead.
+The file's format is the contract's (:mod:`edgeplane_contract.enrolment`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from controlplane.bus.credentials import new_user_seed, public_key_of, write_private
-from controlplane.errors import ConfigError
+from edgeplane_contract.credentials import new_user_seed, public_key_of
+from edgeplane_contract.enrolment import AgentCredentials
 
-__all__ = ["CREDENTIALS_FILE", "AgentCredentials", "JoinError", "join", "load_credentials"]
-
-CREDENTIALS_FILE = "credentials.json"
-_FIELDS = ("node", "cluster", "seed", "nats_url", "subject_prefix", "inbox_prefix")
+__all__ = ["JoinError", "join"]
 
 
 class JoinError(Exception):
     """The hub refused the join, or could not be reached; the message says which and why."""
-
-
-@dataclass(frozen=True, slots=True)
-class AgentCredentials:
-    """Who this agent is on NATS. ``nats_url`` may be empty (then ``--nats`` or the config)."""
-
-    node: str
-    cluster: str
-    seed: str = field(repr=False)
-    nats_url: str
-    subject_prefix: str
-    inbox_prefix: str
-
-    @property
-    def public_key(self) -> str:
-        return public_key_of(self.seed)
-
-    def save(self, path: Path) -> None:
-        write_private(path, json.dumps({"v": 1, **asdict(self)}, indent=2) + "\n")
-
-
-def load_credentials(path: Path) -> AgentCredentials:
-    """Read a credentials file; ConfigError (file, key, reason) when it is unusable."""
-    source = str(path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(source, "<file>", f"cannot read: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise ConfigError(source, "<file>", f"not JSON: {exc}") from None
-    if not isinstance(raw, dict) or raw.get("v") != 1:
-        raise ConfigError(source, "v", "not an edgeplane credentials file (version 1)")
-    values: dict[str, str] = {}
-    for key in _FIELDS:
-        value = raw.get(key, "")
-        if not isinstance(value, str) or (not value and key != "nats_url"):
-            raise ConfigError(source, key, "is required and must be a string")
-        values[key] = value
-    try:
-        public_key_of(values["seed"])
-    except ValueError as exc:
-        raise ConfigError(source, "seed", str(exc)) from None
-    if path.stat().st_mode & 0o077:
-        raise ConfigError(source, "<file>", "holds a secret but others may read it: chmod 600 it")
-    return AgentCredentials(**values)
 
 
 async def join(

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controlplane.bus.messages import MessageError, PlacementState, RunSpec, parse
+from edgeplane_contract.messages import MessageError, PlacementState, RunSpec, parse
+
 from edge_agent.cgroups import CpuLimiter, NoCpuLimit
 from edge_agent.confinement import Confinement, Sandbox
 from edge_agent.restarts import Backoff, RestartChoice, as_requested, wants_restart

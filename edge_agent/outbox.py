@@ -14,7 +14,7 @@ import sqlite3
 from collections import deque
 from pathlib import Path
 
-from controlplane.bus.messages import MessageError, PlacementState, StatusReportV1, decode, encode
+from edgeplane_contract.messages import MessageError, PlacementState, StatusReportV1, decode, encode
 
 __all__ = ["FINAL_STATES", "DurableOutbox"]
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controlplane.bus.messages import RESTART_POLICIES, OfferSpec, RunSpec
+from edgeplane_contract.messages import RESTART_POLICIES, OfferSpec, RunSpec
 
 if TYPE_CHECKING:
-    from edge_agent.policy.runtime import Decision
+    from edgeplane_contract.policy.runtime import Decision
 
 __all__ = [
     "DEFAULT_MAX_RESTARTS",

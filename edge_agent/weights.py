@@ -1,6 +1,6 @@
 """The objective weights w1..w4 a node uses now: w3 (energy) follows its power source.
 
-The rule is the reward module's (``controlplane.scheduling.reward.energy_weight``): on battery
+The rule is the reward module's (``edgeplane_contract.objective.energy_weight``): on battery
 ``w3 = w3_base * battery_multiplier * (1 + low_battery_gain * (1 - level/100))``, on mains the
 configured ``w3_base``. Configure it with the agent's ``reward:`` block (``weights`` and
 ``adaptive``, as in a scheduling profile). It is evaluated at every heartbeat, so a change of
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from controlplane.scheduling.reward import RewardConfig, energy_weight
+from edgeplane_contract.objective import RewardConfig, energy_weight
+
 from edge_agent.telemetry.power import PowerState
 
 __all__ = ["current_weights"]

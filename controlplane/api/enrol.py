@@ -17,12 +17,13 @@ from typing import Any
 
 from aiohttp import web
 
+from edgeplane_contract.messages import valid_token
+
 from controlplane.api.auth import IDENTITIES
 from controlplane.api.keys import HUB
 from controlplane.api.request import json_body
 from controlplane.api.views import node_json
 from controlplane.bus.authority import NatsAuthority
-from controlplane.bus.messages import valid_token
 from controlplane.bus.nats_auth import valid_public_key
 from controlplane.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
 from controlplane.store.identities import JoinRefused

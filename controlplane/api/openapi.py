@@ -5,9 +5,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from edgeplane_contract.resources import MIG_PROFILES
+
 from controlplane import __version__
 from controlplane.api.auth import required_scope
-from controlplane.resources import MIG_PROFILES
 
 __all__ = ["PUBLIC_OPERATIONS", "openapi_document", "operation_scope"]
 

@@ -15,7 +15,9 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from controlplane.bus.credentials import write_private
+from edgeplane_contract.credentials import write_private
+from edgeplane_contract.messages import DEFAULT_PREFIX
+
 from controlplane.bus.nats_auth import NodeIdentity, ServerTls, agent_inbox_prefix, render_server_config
 from controlplane.federation.config import FederationConfig
 from controlplane.natsd import NatsServer
@@ -81,7 +83,7 @@ class NatsAuthority:
 
     def subject_prefix(self, cluster: str) -> str:
         config = self.federation.cluster(cluster)
-        return config.subject_prefix if config else "edgeplane.v1"
+        return config.subject_prefix if config else DEFAULT_PREFIX
 
     def agent_url(self, cluster: str) -> str:
         config = self.federation.cluster(cluster)

@@ -7,7 +7,6 @@ A malformed message is counted (``malformed``), logged and dropped; the hub keep
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 from collections import Counter
@@ -19,7 +18,8 @@ from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from controlplane.bus.messages import (
+from edgeplane_contract.messages import (
+    DEFAULT_PREFIX,
     CommandAckV1,
     CommandV1,
     HeartbeatV1,
@@ -33,18 +33,14 @@ from controlplane.bus.messages import (
     decode,
     encode,
 )
+from edgeplane_contract.transport import DEFAULT_MAX_PAYLOAD, connect_nats
+
 from controlplane.bus.nats_auth import agent_inbox_prefix
 from controlplane.federation.config import FederationConfig
-from controlplane.urls import mask_url
 
-__all__ = ["DEFAULT_MAX_PAYLOAD", "PAYLOAD_MARGIN", "HubBus", "MessageTooLargeError", "connect_nats"]
+__all__ = ["HubBus", "MessageTooLargeError"]
 
 log = logging.getLogger("edgeplane.hub.bus")
-
-# nats-server's default max_payload; what the hub assumes before it has connected.
-DEFAULT_MAX_PAYLOAD = 1 << 20
-# Room left for what the API cannot know when it checks a message's size (ids, GPU indices).
-PAYLOAD_MARGIN = 4096
 
 
 class MessageTooLargeError(Exception):
@@ -60,97 +56,6 @@ class MessageTooLargeError(Exception):
 RegisterHandler = Callable[[str, RegisterV1], Awaitable[RegisterAckV1]]
 HeartbeatHandler = Callable[[str, HeartbeatV1], Awaitable[None]]
 ReportHandler = Callable[[str, StatusReportV1], Awaitable[None]]
-
-
-class NatsUnavailableError(ConnectionError):
-    """The first connection failed: no server answered in time, or the server refused this client."""
-
-
-def _is_refusal(text: str) -> bool:
-    text = text.lower()
-    return "authorization violation" in text or "authentication" in text
-
-
-async def connect_nats(
-    url: str,
-    *,
-    name: str,
-    connect_within_s: float = 30.0,
-    on_reconnected: Callable[[], Awaitable[None]] | None = None,
-    on_disconnected: Callable[[], Awaitable[None]] | None = None,
-    seed: str | None = None,
-    inbox_prefix: str | None = None,
-    tls: ssl.SSLContext | None = None,
-) -> NATS:
-    """Connect within ``connect_within_s`` (nats-py retries meanwhile), then let nats-py reconnect
-    forever. Raises NatsUnavailableError when no server answered in time, and at once when the
-    server refuses this client's credentials (retrying would not help).
-
-    ``seed``: the nkey seed to authenticate with (None: anonymous); ``inbox_prefix``: where the
-    replies to this connection's requests arrive (a node's permissions allow only its own);
-    ``tls``: the client context for a ``tls://`` server.
-    """
-    where = mask_url(url)
-    refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-
-    async def _error(exc: Exception) -> None:
-        # The server refusing us (unknown key, a subject we may not use) is a configuration
-        # problem someone must see; the rest (reconnects, timeouts) is routine.
-        text = str(exc)
-        if _is_refusal(text) and not refused.done():
-            refused.set_result(text)
-        if "violation" in text.lower():
-            log.warning("nats %s: %s", where, exc)
-        else:
-            log.debug("nats %s: %s", where, exc)
-
-    async def _reconnected() -> None:
-        log.info("nats %s: reconnected", where)
-        if on_reconnected is not None:
-            await on_reconnected()
-
-    async def _disconnected() -> None:
-        log.warning("nats %s: disconnected", where)
-        if on_disconnected is not None:
-            await on_disconnected()
-
-    nc = NATS()
-    connecting = asyncio.ensure_future(
-        nc.connect(
-            servers=[url],
-            name=name,
-            connect_timeout=2,
-            allow_reconnect=True,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,  # type: ignore[arg-type]  # seconds; nats-py annotates int
-            ping_interval=5,
-            max_outstanding_pings=2,
-            error_cb=_error,
-            reconnected_cb=_reconnected,
-            disconnected_cb=_disconnected,
-            nkeys_seed_str=seed,
-            inbox_prefix=inbox_prefix or "_INBOX",
-            tls=tls,
-        )
-    )
-    waiting: set[asyncio.Future[Any]] = {connecting, refused}
-    done, _ = await asyncio.wait(waiting, timeout=connect_within_s, return_when=asyncio.FIRST_COMPLETED)
-    if connecting in done and connecting.exception() is None:
-        return nc
-    connecting.cancel()
-    with contextlib.suppress(BaseException):
-        await connecting
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(nc.close(), timeout=2)
-    if refused.done():
-        raise NatsUnavailableError(
-            f"NATS at {where} refused this client: {refused.result()} (check its credentials: the "
-            "hub's --nats-seed must be in the server's configuration, an agent must be enrolled)"
-        )
-    if connecting in done:
-        error = connecting.exception()
-        raise NatsUnavailableError(f"cannot connect to NATS at {where}: {error}") from error
-    raise NatsUnavailableError(f"no NATS server answered at {where} within {connect_within_s:g} s")
 
 
 class HubBus:
@@ -195,7 +100,7 @@ class HubBus:
 
     def subjects(self, cluster: str) -> Subjects:
         cfg = self.federation.cluster(cluster)
-        return Subjects(cluster=cluster, prefix=cfg.subject_prefix if cfg else "edgeplane.v1")
+        return Subjects(cluster=cluster, prefix=cfg.subject_prefix if cfg else DEFAULT_PREFIX)
 
     @property
     def connected(self) -> bool:

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from controlplane.bus.messages import Subjects, valid_token
+from edgeplane_contract.messages import Subjects, valid_token
 
 __all__ = [
     "NodeIdentity",

@@ -32,7 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from controlplane.bus.messages import valid_token
+    from edgeplane_contract.messages import valid_token
+
     from controlplane.errors import ConfigError
 
     prog = "controlplane agent-credentials"
@@ -54,11 +55,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _create(args: argparse.Namespace, cluster: str, prefix: str, nats_url: str, out: Path) -> int:
-    from controlplane.bus.credentials import new_user_seed, public_key_of
+    from edgeplane_contract.credentials import new_user_seed, public_key_of
+    from edgeplane_contract.enrolment import AgentCredentials
+
     from controlplane.bus.nats_auth import agent_inbox_prefix
     from controlplane.store.identities import IdentityStore, JoinRefused
     from controlplane.store.store import Store
-    from edge_agent.enrol import AgentCredentials
 
     seed = new_user_seed()
     store = await Store.open(database_url(args))

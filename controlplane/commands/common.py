@@ -10,15 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edgeplane_contract.urls import mask_url
+
 from controlplane.errors import ConfigError
 from controlplane.federation.config import ClusterConfig, FederationConfig, load_federation, single_cluster
 from controlplane.store.db import sqlite_url
-from controlplane.urls import mask_url
 
 if TYPE_CHECKING:
+    from edgeplane_contract.credentials import NatsTls
+
     from controlplane.api.auth import AuthSettings
     from controlplane.bus.authority import NatsAuthority
-    from controlplane.bus.credentials import NatsTls
     from controlplane.hub.service import HubSettings
     from controlplane.natsd import NatsServer
     from controlplane.store.store import Store
@@ -241,8 +243,9 @@ def nats_setup(args: argparse.Namespace, data_dir: Path, federation: FederationC
     enrolled nodes only. With --nats and a seed: the hub authenticates, and the authorization
     block an operator applies is kept in ``<data-dir>/nats-authorization.conf``.
     """
+    from edgeplane_contract.credentials import NatsTls, ensure_seed, public_key_of, read_seed
+
     from controlplane.bus.authority import EMBEDDED_CONFIG_FILE, EXTERNAL_CONFIG_FILE, NatsAuthority
-    from controlplane.bus.credentials import NatsTls, ensure_seed, public_key_of, read_seed
     from controlplane.natsd import NatsServer
 
     tls = NatsTls.from_options(args.nats_ca, args.nats_cert, args.nats_key)

@@ -31,7 +31,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from controlplane.bus.credentials import ensure_seed, public_key_of, read_seed
+    from edgeplane_contract.credentials import ensure_seed, public_key_of, read_seed
+
     from controlplane.errors import ConfigError
 
     try:

@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"controlplane: configuration error: {exc}", file=sys.stderr)
         return 2
-    from controlplane.bus.hub_bus import NatsUnavailableError
+    from edgeplane_contract.transport import NatsUnavailableError
+
     from controlplane.errors import StartupError
 
     try:

@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"controlplane up: configuration error: {exc}", file=sys.stderr)
         return 2
-    from controlplane.bus.hub_bus import NatsUnavailableError
+    from edgeplane_contract.transport import NatsUnavailableError
+
     from controlplane.errors import StartupError
 
     try:
@@ -82,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_agent_options(args: argparse.Namespace) -> None:
     """--agent-cpu and --agent-memory, checked before anything starts (ConfigError)."""
+    from edgeplane_contract.resources import parse_cpu, parse_memory
+
     from controlplane.errors import ConfigError, ValidationError
-    from controlplane.resources import parse_cpu, parse_memory
 
     try:
         if args.agent_cpu:
@@ -99,8 +101,9 @@ async def _enrolment(
 ) -> list[str]:
     """The agent's identity arguments: none when its work dir holds credentials the store still
     knows (it reuses them), else a fresh join token (stale credentials are removed first)."""
+    from edgeplane_contract.enrolment import CREDENTIALS_FILE, load_credentials
+
     from controlplane.errors import ConfigError
-    from edge_agent.enrol import CREDENTIALS_FILE, load_credentials
 
     stored = work_dir / CREDENTIALS_FILE
     if stored.exists():

@@ -44,8 +44,10 @@ from typing import Any
 
 import yaml
 
+from edgeplane_contract.messages import DEFAULT_PREFIX
+from edgeplane_contract.resources import parse_cpu, parse_memory
+
 from controlplane.errors import ConfigError
-from controlplane.resources import parse_cpu, parse_memory
 
 __all__ = [
     "ClusterConfig",
@@ -65,7 +67,7 @@ class ClusterConfig:
     name: str
     region: str
     nats_url: str | None = None
-    subject_prefix: str = "edgeplane.v1"
+    subject_prefix: str = DEFAULT_PREFIX
     capacity_source: str = "agents"
     static_capacity: dict[str, float] = field(default_factory=dict)
     cost_per_core_hour: float = 0.0

@@ -24,8 +24,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgeplane_contract.resources import MIG_PROFILES, ResourceRequest
+
 from controlplane.federation.config import FederationConfig
-from controlplane.resources import MIG_PROFILES, ResourceRequest
 
 __all__ = ["ClusterAggregate", "ClusterPlan", "plan_clusters"]
 

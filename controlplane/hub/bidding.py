@@ -17,7 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from controlplane.bus.messages import BidRequestV1, BidV1, MessageError, decode, encode
+from edgeplane_contract.messages import BidRequestV1, BidV1, MessageError, decode, encode
+
 from controlplane.hub.placement import ReplicaChoice
 from controlplane.hub.spec import WorkloadSpec
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from edgeplane_contract.resources import MIG_PROFILES
+
 from controlplane.hub.spec import WorkloadSpec
-from controlplane.resources import MIG_PROFILES
 
 __all__ = ["FitPlacer", "PlacementNode", "PlacementOutcome", "Placer", "ReplicaChoice"]
 

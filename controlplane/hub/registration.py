@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controlplane.bus.messages import RegisterV1
+from edgeplane_contract.messages import RegisterV1
 
 __all__ = ["RegistrationLimits", "RegistrationProblem", "registration_problem"]
 

@@ -9,13 +9,14 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from edgeplane_contract.urls import mask_url
+
 from controlplane.api.app import create_app
 from controlplane.api.auth import AuthSettings
 from controlplane.bus.authority import NatsAuthority
 from controlplane.errors import StartupError
 from controlplane.hub.service import Hub, HubSettings
 from controlplane.store.store import Store
-from controlplane.urls import mask_url
 
 __all__ = ["RunningHub", "start_hub"]
 

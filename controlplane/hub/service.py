@@ -22,9 +22,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from controlplane.bus.credentials import NatsTls
-from controlplane.bus.hub_bus import PAYLOAD_MARGIN, HubBus, MessageTooLargeError
-from controlplane.bus.messages import (
+from edgeplane_contract.credentials import NatsTls
+from edgeplane_contract.messages import (
     CommandAckV1,
     CommandV1,
     HeartbeatV1,
@@ -35,6 +34,9 @@ from controlplane.bus.messages import (
     Telemetry,
     valid_token,
 )
+from edgeplane_contract.transport import PAYLOAD_MARGIN
+
+from controlplane.bus.hub_bus import HubBus, MessageTooLargeError
 from controlplane.errors import NotFoundError, ValidationError
 from controlplane.federation.config import FederationConfig
 from controlplane.hub.placement import FitPlacer, PlacementNode, Placer, ReplicaChoice

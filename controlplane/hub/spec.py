@@ -7,9 +7,10 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from controlplane.bus.messages import RESTART_POLICIES, CommandV1, OfferSpec, RunSpec, encode
+from edgeplane_contract.messages import RESTART_POLICIES, CommandV1, OfferSpec, RunSpec, encode
+from edgeplane_contract.resources import ResourceRequest
+
 from controlplane.errors import PayloadTooLargeError, ValidationError
-from controlplane.resources import ResourceRequest
 
 __all__ = [
     "RESTART_POLICIES",
@@ -24,7 +25,7 @@ __all__ = [
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 KINDS = ("batch", "service", "analytics", "inference")
 # Local restarts by the agent (edge_agent/restarts.py); restart_policy takes RESTART_POLICIES,
-# defined with the run command in controlplane/bus/messages.py.
+# defined with the run command in edgeplane_contract/messages.py.
 DEFAULT_MAX_RESTARTS = 5
 MAX_MAX_RESTARTS = 10_000
 _TOP_KEYS = {

@@ -1,10 +1,11 @@
-"""``controlplane policy train|export|eval``: build and measure the edge agent's local policy.
+"""``controlplane policy train|export|eval|bench``: build and measure the edge agent's local policy.
 
 * ``train``: draw training and validation states (cached as ``.npz`` in ``--work-dir``), distil
   the reward argmax into the MLP, optionally fine-tune, write ``weights.npz`` and a report;
 * ``export``: fp32 ONNX, int8 candidates (static QDQ calibrated on environment states, and
   dynamic), measured on held-out seeds; the best is shipped with ``metadata.json``;
-* ``eval``: the shipped models against the heuristic and baselines on held-out seeds.
+* ``eval``: the shipped models against the heuristic and baselines on held-out seeds;
+* ``bench``: decision latency on one pinned CPU (:mod:`controlplane.policy.bench`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 __all__ = ["configure", "run"]
 
 DEFAULT_WORK_DIR = "build/policy"
-DEFAULT_MODEL_DIR = str(Path(__file__).resolve().parents[2] / "edge_agent" / "policy" / "model")
+DEFAULT_MODEL_DIR = str(Path(__file__).resolve().parents[2] / "edgeplane_contract" / "policy" / "model")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +49,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     ev.add_argument("--model-dir", default=DEFAULT_MODEL_DIR)
     ev.add_argument("--eval-seeds", type=int, default=3, help="held-out seeds (1000 states each)")
     ev.add_argument("--json", dest="json_path", help="also write the result as JSON here")
+    from controlplane.policy import bench
+
+    bench.configure(sub)
 
 
 def _say(message: str) -> None:
@@ -190,8 +194,9 @@ def _eval(args: argparse.Namespace) -> int:
             learned[name] = run_batch(session(model_dir / file), held.x)
     result = evaluate_policies(held, learned)
     if "learned-int8" in learned and "learned-fp32" in learned:
+        from edgeplane_contract.policy.actions import select_from_logits
+
         from controlplane.policy.train import split_heads
-        from edge_agent.policy.actions import select_from_logits
 
         a8 = select_from_logits(split_heads(learned["learned-int8"])[1], held.mask)
         a32 = select_from_logits(split_heads(learned["learned-fp32"])[1], held.mask)
@@ -210,4 +215,8 @@ def run(args: argparse.Namespace) -> int:
         return _train(args)
     if command == "export":
         return _export(args)
+    if command == "bench":
+        from controlplane.policy.bench import run as run_bench
+
+        return run_bench(args)
     return _eval(args)

@@ -17,9 +17,9 @@ comes next, so there is no horizon and no discounting). A state is drawn with a 
   w3 ~ U(0, 2), w4 ~ U(1, 8); then w3 adapted by ``energy_weight`` (rule x2 80%, a random
   multiplier/gain 10%, disabled 10%). Several weight draws share one state.
 
-Reward of a bin: :func:`controlplane.scheduling.reward.reward` with the bin's quotas and the
-runtime the quotas imply (:func:`edge_agent.policy.actions.expected_runtime`), fixed weights.
-Decline: :data:`~edge_agent.policy.actions.DECLINE_REWARD` (0: the work goes back to the hub).
+Reward of a bin: :func:`edgeplane_contract.objective.reward` with the bin's quotas and the
+runtime the quotas imply (:func:`edgeplane_contract.policy.actions.expected_runtime`), fixed weights.
+Decline: :data:`~edgeplane_contract.policy.actions.DECLINE_REWARD` (0: the work goes back to the hub).
 
 For speed the four reward terms of every allowed bin are computed once per state with the
 vectorised ``reward_terms`` (one call per distinct runtime) and combined with any weights as
@@ -35,19 +35,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from controlplane.scheduling.ledger import IO_HEAVY_KINDS, KIND_SENSITIVITY
-from controlplane.scheduling.mig import MIG_SPECS, legal_starts
-from controlplane.scheduling.model import NODE_TYPES as MODEL_NODE_TYPES
-from controlplane.scheduling.power import PowerModel
-from controlplane.scheduling.reward import (
+from edgeplane_contract.mig import MIG_SPECS, legal_starts
+from edgeplane_contract.objective import (
+    IO_HEAVY_KINDS,
+    KIND_SENSITIVITY,
     AdaptiveWeights,
     RewardConfig,
     RewardInputs,
     RewardWeights,
     reward_terms,
 )
-from controlplane.sim.presets import GB, NodeGroup, Preset, WorkloadClass, get_preset
-from edge_agent.policy.actions import (
+from edgeplane_contract.policy.actions import (
     DECLINE,
     DECLINE_REWARD,
     N_ACTIONS,
@@ -57,8 +55,12 @@ from edge_agent.policy.actions import (
     expected_runtime,
     select_actions,
 )
-from edge_agent.policy.features import N_FEATURES, NodeView, Offer, features, mig_free_from_occupancy
-from edge_agent.policy.weights import DEFAULT_WEIGHTS, Weights, effective_weights
+from edgeplane_contract.policy.features import N_FEATURES, NodeView, Offer, features, mig_free_from_occupancy
+from edgeplane_contract.policy.weights import DEFAULT_WEIGHTS, Weights, effective_weights
+from edgeplane_contract.power import PowerModel
+from edgeplane_contract.resources import NODE_TYPES as MODEL_NODE_TYPES
+
+from controlplane.sim.presets import GB, NodeGroup, Preset, WorkloadClass, get_preset
 
 __all__ = [
     "EVAL_SEED_BASE",

@@ -18,9 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from controlplane.policy.env import Samples
-from controlplane.policy.train import mean_reward, split_heads
-from edge_agent.policy.actions import (
+from edgeplane_contract.policy.actions import (
     DECLINE,
     DECLINE_REWARD,
     N_BINS,
@@ -28,7 +26,10 @@ from edge_agent.policy.actions import (
     select_actions,
     select_from_logits,
 )
-from edge_agent.policy.features import FEATURE_NAMES
+from edgeplane_contract.policy.features import FEATURE_NAMES
+
+from controlplane.policy.env import Samples
+from controlplane.policy.train import mean_reward, split_heads
 
 __all__ = ["SLICES", "baseline_actions", "evaluate_policies", "format_table"]
 

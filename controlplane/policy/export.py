@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeplane_contract.policy.actions import N_ACTIONS, N_BINS
+from edgeplane_contract.policy.features import FEATURE_SCHEMA_VERSION, N_FEATURES
+
 from controlplane.policy.train import MLP, N_OUTPUTS
-from edge_agent.policy.actions import N_ACTIONS, N_BINS
-from edge_agent.policy.features import FEATURE_SCHEMA_VERSION, N_FEATURES
 
 __all__ = ["INPUT_NAME", "LOGITS_NAME", "OPSET", "Q_NAME", "build_model", "export_onnx", "node_names"]
 

@@ -30,12 +30,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from edgeplane_contract.objective import AdaptiveWeights
+from edgeplane_contract.policy.actions import ACTION_SPEC, N_BINS, select_actions, select_from_logits
+from edgeplane_contract.policy.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, N_FEATURES
+
 from controlplane.policy.env import Samples
 from controlplane.policy.export import INPUT_NAME, LOGITS_NAME, Q_NAME
 from controlplane.policy.train import N_OUTPUTS, mean_reward, split_heads
-from controlplane.scheduling.reward import AdaptiveWeights
-from edge_agent.policy.actions import ACTION_SPEC, N_BINS, select_actions, select_from_logits
-from edge_agent.policy.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, N_FEATURES
 
 __all__ = [
     "AGREEMENT_BAR",
@@ -245,7 +246,8 @@ def write_metadata(model_dir: Path, body: dict[str, Any]) -> Path:
             "w3_on_battery": "w3 * battery_multiplier * (1 + low_battery_gain * (1 - battery_percent / 100))",
             "battery_multiplier": AdaptiveWeights().battery_multiplier,
             "low_battery_gain": AdaptiveWeights().low_battery_gain,
-            "implementation": "controlplane.scheduling.reward.energy_weight via edge_agent.policy.weights",
+            "implementation": "edgeplane_contract.objective.energy_weight via "
+            "edgeplane_contract.policy.weights",
         },
         "outputs": {
             "q": "[N, 64] predicted reward R of each bin under the input weights (the decision's score)",

@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from edgeplane_contract.policy.actions import N_ACTIONS, N_BINS, select_actions, select_from_logits
+from edgeplane_contract.policy.features import N_FEATURES
+
 from controlplane.policy.env import Samples
-from edge_agent.policy.actions import N_ACTIONS, N_BINS, select_actions, select_from_logits
-from edge_agent.policy.features import N_FEATURES
 
 __all__ = ["MLP", "N_OUTPUTS", "TrainConfig", "finetune", "mean_reward", "split_heads", "train"]
 

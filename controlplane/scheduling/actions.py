@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controlplane.resources import ResourceRequest
-from controlplane.scheduling.framework import BoolArray, Code, FloatArray, IntArray, Rejection
-from controlplane.scheduling.mig import COMPUTE_SLICES, MIG_SPECS, VALUE_TABLE
+from edgeplane_contract.arrays import BoolArray, FloatArray, IntArray
+from edgeplane_contract.mig import COMPUTE_SLICES, MIG_SPECS, VALUE_TABLE
+from edgeplane_contract.resources import ResourceRequest
+
 from controlplane.scheduling.model import Assignment, MigSlice
 from controlplane.scheduling.nodetable import NodeTable
+from controlplane.scheduling.types import Code, Rejection
 
 __all__ = [
     "ACCELERATOR_POLICIES",

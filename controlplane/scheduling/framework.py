@@ -13,24 +13,29 @@ A scheduling cycle for one replica runs::
 
 Expected outcomes are :class:`Status` values, never exceptions; per-cycle data lives in
 :class:`CycleState`, never on plugin instances.
+
+``Code``, ``Status`` and ``Rejection`` are defined in the leaf module :mod:`.types`, the array
+aliases and ``clip`` in :mod:`edgeplane_contract.arrays` (the modules this one names in its
+interfaces use them without importing it); plugins get all of them from here.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import numpy as np
-import numpy.typing as npt
+from edgeplane_contract.arrays import BoolArray, FloatArray, IntArray, clip
+
+from controlplane.scheduling.types import Code, Rejection, Status
 
 if TYPE_CHECKING:
+    from edgeplane_contract.power import PowerModel
+
     from controlplane.scheduling.actions import Candidates
     from controlplane.scheduling.ledger import Ledger
     from controlplane.scheduling.model import Assignment, Migration, Victim, WorkloadRequest
     from controlplane.scheduling.nodetable import NodeTable
-    from controlplane.scheduling.power import PowerModel
     from controlplane.scheduling.topology import TopologyGraph
 
 __all__ = [
@@ -70,65 +75,6 @@ STATE_REPLICA = "core/replica"  # replica index being placed
 # must not be chosen (a local policy declined the work). Ignored when it excludes every candidate.
 STATE_EXCLUDED = "core/excluded"
 
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
-IntArray = npt.NDArray[np.int64]
-
-
-def clip(values: FloatArray, low: float, high: float) -> FloatArray:
-    """``np.clip`` without its Python-level dispatch cost (it shows up at 1,000 nodes)."""
-    result: FloatArray = np.minimum(np.maximum(values, low), high)
-    return result
-
-
-class Code(enum.IntEnum):
-    """Outcome codes, as in the Kubernetes framework."""
-
-    SUCCESS = 0
-    ERROR = 1
-    UNSCHEDULABLE = 2
-    # Nothing (not even preemption) can make the node fit: wrong labels, affinity, ...
-    UNSCHEDULABLE_AND_UNRESOLVABLE = 3
-    SKIP = 4
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    """A plugin's or a decision's outcome: a code, human reasons and the plugin that said so."""
-
-    code: Code = Code.SUCCESS
-    reasons: tuple[str, ...] = ()
-    plugin: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.code in (Code.SUCCESS, Code.SKIP)
-
-    @classmethod
-    def success(cls) -> Status:
-        return _SUCCESS
-
-    @classmethod
-    def unschedulable(cls, *reasons: str, plugin: str | None = None) -> Status:
-        return cls(Code.UNSCHEDULABLE, tuple(reasons), plugin)
-
-    @classmethod
-    def unresolvable(cls, *reasons: str, plugin: str | None = None) -> Status:
-        return cls(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, tuple(reasons), plugin)
-
-    @classmethod
-    def error(cls, *reasons: str, plugin: str | None = None) -> Status:
-        return cls(Code.ERROR, tuple(reasons), plugin)
-
-    def message(self) -> str:
-        return "; ".join(self.reasons) if self.reasons else self.code.name.lower()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code.name, "reasons": list(self.reasons), "plugin": self.plugin}
-
-
-_SUCCESS = Status()
-
 
 class CycleState:
     """Data one scheduling cycle shares between its plugins, keyed by string."""
@@ -150,15 +96,6 @@ class CycleState:
 
     def __contains__(self, key: str) -> bool:
         return key in self._data
-
-
-@dataclass(slots=True)
-class Rejection:
-    """Nodes a filter rejects (``mask`` True), with the reason and whether preemption could help."""
-
-    mask: BoolArray
-    reason: str
-    code: Code = Code.UNSCHEDULABLE
 
 
 @dataclass(slots=True)

@@ -8,17 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.scheduling.framework import IntArray
+from edgeplane_contract.arrays import IntArray
+from edgeplane_contract.objective import IO_HEAVY_KINDS, KIND_SENSITIVITY
+
 from controlplane.scheduling.model import Assignment, WorkloadRequest
 from controlplane.scheduling.nodetable import NodeTable
 
-__all__ = ["IO_HEAVY_KINDS", "KIND_SENSITIVITY", "Allocation", "Ledger"]
-
-# How much a replica of each kind suffers from CPU contention on its node (0: not at all,
-# 1: its runtime stretches one-for-one with the contention). Latency-sensitive work suffers
-# most; throughput batch jobs least. Used to account the "who gets hurt" on each node.
-KIND_SENSITIVITY: dict[str, float] = {"service": 1.0, "function": 1.0, "analytics": 0.5, "batch": 0.3}
-IO_HEAVY_KINDS = frozenset({"analytics"})
+__all__ = ["Allocation", "Ledger"]
 
 
 @dataclass(slots=True)

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.resources import ResourceRequest
-from controlplane.scheduling.framework import Status
+from edgeplane_contract.resources import ResourceRequest
+
+from controlplane.scheduling.types import Status
 
 __all__ = [
     "KINDS",
-    "NODE_TYPES",
     "Affinity",
     "AntiAffinity",
     "Assignment",
@@ -29,7 +29,6 @@ __all__ = [
     "WorkloadRequest",
 ]
 
-NODE_TYPES = ("cpu", "gpu", "dpu", "edge")
 KINDS = ("service", "batch", "analytics", "function")
 
 

@@ -16,9 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from controlplane.scheduling.framework import BoolArray, FloatArray, IntArray
-from controlplane.scheduling.mig import MIG_SPECS
-from controlplane.scheduling.model import NODE_TYPES, Assignment, NodeState
+from edgeplane_contract.arrays import BoolArray, FloatArray, IntArray
+from edgeplane_contract.mig import MIG_SPECS
+from edgeplane_contract.resources import NODE_TYPES
+
+from controlplane.scheduling.model import Assignment, NodeState
 
 __all__ = ["ZONE_LABEL", "NodeTable"]
 

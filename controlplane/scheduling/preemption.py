@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controlplane.resources import ResourceRequest
+from edgeplane_contract.mig import COMPUTE_SLICES, MIG_SPECS, legal_starts
+from edgeplane_contract.resources import ResourceRequest
+
 from controlplane.scheduling.framework import BoolArray
 from controlplane.scheduling.ledger import Allocation, Ledger
-from controlplane.scheduling.mig import COMPUTE_SLICES, MIG_SPECS, legal_starts
 from controlplane.scheduling.model import Assignment
 from controlplane.scheduling.nodetable import NodeTable
 

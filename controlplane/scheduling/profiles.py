@@ -16,7 +16,7 @@ A profile is a mapping (or a YAML file holding one)::
       accelerator_policy: first_fit   # first_fit | best_fit
     percentage_of_nodes_to_score: 0   # 0: adaptive as kube-scheduler; 1-100: fixed share
     tie_break: random              # random (seeded, as kube) | first
-    reward: {...}                  # the reward block, see reward.py (used by MultiObjective)
+    reward: {...}                  # edgeplane_contract/objective.py (used by MultiObjective)
 
 A plugin takes part in every extension point it implements (like kube's ``multiPoint``).
 Built-in profiles: ``default`` (kube-scheduler's default scoring), ``binpack`` (Volcano's
@@ -35,10 +35,11 @@ from typing import Any
 
 import yaml
 
+from edgeplane_contract.objective import RewardConfig
+
 from controlplane.errors import ConfigError
 from controlplane.scheduling.actions import ACCELERATOR_POLICIES, ActionSpaceConfig
 from controlplane.scheduling.plugins.registry import REGISTRY, VALIDATORS
-from controlplane.scheduling.reward import RewardConfig
 
 __all__ = ["BUILTIN_PROFILES", "PluginSpec", "Profile", "load_profile", "parse_profile"]
 

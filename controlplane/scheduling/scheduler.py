@@ -27,10 +27,20 @@ from typing import Any
 
 import numpy as np
 
+from edgeplane_contract.mig import MIG_SPECS
+from edgeplane_contract.objective import (
+    NodeSnapshot,
+    RewardBreakdown,
+    RewardConfig,
+    energy_weight,
+    reward,
+)
+from edgeplane_contract.power import PowerModel
+from edgeplane_contract.resources import ResourceRequest
+
 from controlplane.errors import ConfigError
 from controlplane.federation.config import FederationConfig
 from controlplane.federation.placement import ClusterAggregate, ClusterPlan, plan_clusters
-from controlplane.resources import ResourceRequest
 from controlplane.scheduling.actions import ActionSpace, Candidates, NodeActions
 from controlplane.scheduling.framework import (
     MAX_NODE_SCORE,
@@ -55,7 +65,6 @@ from controlplane.scheduling.framework import (
     clip,
 )
 from controlplane.scheduling.ledger import Allocation, Ledger
-from controlplane.scheduling.mig import MIG_SPECS
 from controlplane.scheduling.model import (
     Affinity,
     AntiAffinity,
@@ -73,16 +82,8 @@ from controlplane.scheduling.plugins.data_locality import transfer_seconds
 from controlplane.scheduling.plugins.energy import Energy
 from controlplane.scheduling.plugins.multi_objective import STATE_TERMS, MultiObjective
 from controlplane.scheduling.plugins.registry import REGISTRY
-from controlplane.scheduling.power import PowerModel
 from controlplane.scheduling.profiles import Profile, load_profile
 from controlplane.scheduling.queue import SchedulingQueue
-from controlplane.scheduling.reward import (
-    NodeSnapshot,
-    RewardBreakdown,
-    RewardConfig,
-    energy_weight,
-    reward,
-)
 from controlplane.scheduling.topology import TopologyGraph
 
 __all__ = [

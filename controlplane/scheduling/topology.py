@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.scheduling.framework import FloatArray
+from edgeplane_contract.arrays import FloatArray
 
 __all__ = ["LinkDefaults", "TopologyGraph"]
 

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-from controlplane.bus.messages import (
+from edgeplane_contract.messages import (
     InvocationQueryV1,
     InvocationStatusV1,
     InvokeResultV1,

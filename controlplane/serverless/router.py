@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controlplane.scheduling.reward import RewardConfig, energy_weight
+from edgeplane_contract.objective import RewardConfig, energy_weight
 
 __all__ = ["EnergyWeights", "NodeOption", "Route", "RouteOption", "route"]
 

@@ -31,8 +31,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from controlplane.bus.hub_bus import PAYLOAD_MARGIN, MessageTooLargeError
-from controlplane.bus.messages import (
+from edgeplane_contract.messages import (
     FunctionCode,
     FunctionInstance,
     InvocationQueryV1,
@@ -45,6 +44,9 @@ from controlplane.bus.messages import (
     decode,
     encode,
 )
+from edgeplane_contract.transport import PAYLOAD_MARGIN
+
+from controlplane.bus.hub_bus import MessageTooLargeError
 from controlplane.errors import ConflictError, EdgeplaneError, NotFoundError, PayloadTooLargeError
 from controlplane.serverless.estimates import Estimates, FunctionStats
 from controlplane.serverless.keepalive import Policy, make_policy

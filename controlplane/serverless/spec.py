@@ -7,10 +7,11 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from controlplane.bus.messages import FunctionCode, InvokeV1, encode
+from edgeplane_contract.messages import FunctionCode, InvokeV1, encode
+from edgeplane_contract.resources import MIG_PROFILES, parse_cpu, parse_memory
+
 from controlplane.errors import PayloadTooLargeError, ValidationError
 from controlplane.hub.spec import Affinity, blame_field, json_size, parse_argv, parse_env
-from controlplane.resources import MIG_PROFILES, parse_cpu, parse_memory
 
 __all__ = ["FunctionSpec"]
 

@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from edgeplane_contract.power import DEFAULT_POWER_SPECS, PowerSpec
+
 from controlplane.scheduling.model import Assignment, Decision, GpuDevice, NodeState
 from controlplane.scheduling.nodetable import ZONE_LABEL
-from controlplane.scheduling.power import DEFAULT_POWER_SPECS, PowerSpec
 from controlplane.scheduling.scheduler import Scheduler
 from controlplane.scheduling.topology import TopologyGraph
 from controlplane.sim.network import Network, NodePlace

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.resources import ResourceRequest
+from edgeplane_contract.resources import ResourceRequest
+
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.sim.presets import GB, Preset, WorkloadClass
 

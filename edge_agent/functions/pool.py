@@ -30,7 +30,8 @@ from typing import Any
 
 import psutil
 
-from controlplane.bus.messages import FunctionCode, FunctionInstance, InvokeResultV1, InvokeV1, PrewarmV1
+from edgeplane_contract.messages import FunctionCode, FunctionInstance, InvokeResultV1, InvokeV1, PrewarmV1
+
 from edge_agent.confinement import Confinement, Sandbox
 
 __all__ = ["FunctionPool", "Instance"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-from controlplane.bus.messages import GpuTelemetry
+from edgeplane_contract.messages import GpuTelemetry
 
 __all__ = ["GpuReader", "NvmlGpuReader", "StaticGpuReader"]
 

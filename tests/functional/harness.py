@@ -16,9 +16,10 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from edgeplane_contract.credentials import ensure_seed, public_key_of
+
 from controlplane.api.auth import AuthSettings
 from controlplane.bus.authority import NatsAuthority
-from controlplane.bus.credentials import ensure_seed, public_key_of
 from controlplane.bus.nats_auth import ServerTls
 from controlplane.federation.config import FederationConfig, single_cluster
 from controlplane.hub.runner import RunningHub, start_hub

@@ -9,7 +9,7 @@ import uuid
 import nats
 from harness import running_agents, running_hub, wait_for
 
-from controlplane.bus.messages import (
+from edgeplane_contract.messages import (
     BidRequestV1,
     HeartbeatV1,
     NodeResources,
@@ -136,7 +136,7 @@ async def test_bids_are_ranked_by_the_value_of_the_quotas_the_hub_places(nats_se
     """Two fake nodes accept. "greedy" values its own chosen bin highly but the requested quotas
     poorly; "fit" values the requested quotas best; "legacy" (an older agent) sends no
     ``score_requested`` and is ranked by ``score``. The hub places by the value as placed."""
-    from controlplane.bus.messages import BidV1
+    from edgeplane_contract.messages import BidV1
 
     nc = await nats.connect(nats_server.url)
     subjects = Subjects("default")

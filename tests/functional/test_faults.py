@@ -11,7 +11,7 @@ from pathlib import Path
 import nats
 from harness import no_eviction_grace, running_agents, running_hub, spawn_agent, wait_for
 
-from controlplane.bus.messages import (
+from edgeplane_contract.messages import (
     CommandAckV1,
     CommandV1,
     PlacementState,
@@ -21,6 +21,7 @@ from controlplane.bus.messages import (
     decode,
     encode,
 )
+
 from controlplane.natsd import NatsServer, free_port
 
 

@@ -26,8 +26,8 @@ import pytest
 from harness import SecuredNats, running_agents, running_hub, secured_nats, wait_for
 from nats.aio.client import Client as NATS
 
-from controlplane.bus.credentials import NatsTls, new_user_seed, public_key_of
-from controlplane.bus.messages import (
+from edgeplane_contract.credentials import NatsTls, new_user_seed, public_key_of
+from edgeplane_contract.messages import (
     CommandV1,
     NodeResources,
     PlacementState,
@@ -39,6 +39,7 @@ from controlplane.bus.messages import (
     decode,
     encode,
 )
+
 from controlplane.bus.nats_auth import ServerTls, agent_inbox_prefix
 from controlplane.store.identities import IdentityStore
 

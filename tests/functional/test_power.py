@@ -40,7 +40,7 @@ async def test_on_low_battery_the_agents_bid_for_the_same_offer_changes(nats_ser
     """A real agent over real NATS: the same analytics offer, on mains and then on 20% battery."""
     import nats
 
-    from controlplane.bus.messages import BidRequestV1, BidV1, OfferSpec, Subjects, decode, encode
+    from edgeplane_contract.messages import BidRequestV1, BidV1, OfferSpec, Subjects, decode, encode
 
     offer = OfferSpec(cpu=4.0, memory=8 * 2**30, kind="analytics", runtime_s=300.0, sla_s=720.0)
     async with running_agents(

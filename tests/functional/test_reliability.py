@@ -13,7 +13,8 @@ from pathlib import Path
 
 from harness import PYTHON_FUNCTIONS, no_eviction_grace, running_agents, running_hub, spawn_agent, wait_for
 
-from controlplane.bus.messages import NodeResources, PlacementState, RegisterV1, StatusReportV1
+from edgeplane_contract.messages import NodeResources, PlacementState, RegisterV1, StatusReportV1
+
 from controlplane.federation.config import ClusterConfig, FederationConfig
 from controlplane.natsd import NatsServer, free_port
 

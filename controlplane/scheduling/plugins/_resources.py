@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from controlplane.resources import ResourceRequest
+from edgeplane_contract.resources import ResourceRequest
+
 from controlplane.scheduling.actions import Candidates
 from controlplane.scheduling.framework import FloatArray
 from controlplane.scheduling.nodetable import NodeTable

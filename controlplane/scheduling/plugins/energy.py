@@ -4,7 +4,7 @@ Marginal power of a placement = the dynamic watts it adds (per-node-type power m
 node's whole idle draw if the node is empty (giving an empty node work keeps it from sleeping).
 Divided by the fleet's largest maximum power (so watts compare across node types), times the
 adaptive energy weight (higher on battery, more
-as the battery drains; see :mod:`controlplane.scheduling.reward`). Normalised min-max: the
+as the battery drains; see :mod:`edgeplane_contract.objective`). Normalised min-max: the
 cheapest candidate gets 100.
 """
 
@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from edgeplane_contract.objective import AdaptiveWeights, RewardConfig, energy_weight
+
 from controlplane.scheduling.actions import Candidates
 from controlplane.scheduling.framework import MAX_NODE_SCORE, CycleState, FloatArray, Handle
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.plugins.args import decode_args
-from controlplane.scheduling.reward import AdaptiveWeights, RewardConfig, energy_weight
 
 __all__ = ["NAME", "Energy", "EnergyArgs", "fleet_max_w", "new", "power_terms"]
 

@@ -21,6 +21,8 @@ from typing import Any, cast
 
 import numpy as np
 
+from edgeplane_contract.mig import MIG_SPECS, make_room, occupancy, repack
+
 from controlplane.scheduling.actions import Candidates
 from controlplane.scheduling.framework import (
     MAX_NODE_SCORE,
@@ -32,7 +34,6 @@ from controlplane.scheduling.framework import (
     Status,
     clip,
 )
-from controlplane.scheduling.mig import MIG_SPECS, make_room, occupancy, repack
 from controlplane.scheduling.model import Assignment, Migration, MigSlice, WorkloadRequest
 from controlplane.scheduling.nodetable import NodeTable
 from controlplane.scheduling.plugins.args import decode_args

@@ -2,15 +2,15 @@
 
 In the live system the hub asks the candidate nodes' agents for a bid on each replica
 (``controlplane/hub/bidding.py``): every agent runs its local policy
-(``edge_agent.policy.runtime.LocalPolicy``) on its own node state, the offer and its objective
+(``edgeplane_contract.policy.runtime.LocalPolicy``) on its own node state, the offer and its objective
 weights (w3 raised on battery, ``reward.energy_weight``). A *decline* takes the node out; an
 *accept* values the node at the bid's score (the model's predicted reward ``q`` of the bin it
 chose); a node that does not answer is valued at the hub's own reward estimate.
 
 This plugin does the same for every candidate node in one cycle, without the network: it builds
-each candidate's :class:`~edge_agent.policy.features.NodeView` from the scheduler's node table
+each candidate's :class:`~edgeplane_contract.policy.features.NodeView` from the scheduler's node table
 (capacity, allocation, MIG room, replicas, neighbours' sensitivity, power figures, battery), the
-:class:`~edge_agent.policy.features.Offer` from the request, and the node's effective weights;
+:class:`~edgeplane_contract.policy.features.Offer` from the request, and the node's effective weights;
 then runs the model **once per decision** on the batch of all candidates (the model's batch
 dimension is dynamic, and its static quantisation makes a batched row equal the same row run
 alone). Scores:
@@ -41,6 +41,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgeplane_contract.objective import RewardConfig, RewardInputs, energy_weight, reward_terms
+from edgeplane_contract.policy.actions import (
+    DECLINE,
+    DECLINE_REWARD,
+    N_BINS,
+    action_mask,
+    requested_bin,
+    select_from_logits,
+)
+from edgeplane_contract.policy.features import NodeView, Offer, features, mig_free_from_occupancy
+from edgeplane_contract.resources import NODE_TYPES
+
 from controlplane.scheduling.actions import Candidates
 from controlplane.scheduling.framework import (
     STATE_EXCLUDED,
@@ -50,22 +62,12 @@ from controlplane.scheduling.framework import (
     Handle,
     IntArray,
 )
-from controlplane.scheduling.model import NODE_TYPES, WorkloadRequest
+from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.plugins.args import decode_args
 from controlplane.scheduling.plugins.multi_objective import STATE_TERMS, MultiObjective, MultiObjectiveArgs
-from controlplane.scheduling.reward import RewardConfig, RewardInputs, energy_weight, reward_terms
-from edge_agent.policy.actions import (
-    DECLINE,
-    DECLINE_REWARD,
-    N_BINS,
-    action_mask,
-    requested_bin,
-    select_from_logits,
-)
-from edge_agent.policy.features import NodeView, Offer, features, mig_free_from_occupancy
 
 if TYPE_CHECKING:
-    from edge_agent.policy.runtime import LocalPolicy
+    from edgeplane_contract.policy.runtime import LocalPolicy
 
 __all__ = [
     "BID_SCORES",
@@ -128,8 +130,8 @@ def load_policy(model: str = "") -> LocalPolicy:
     Raises ValueError with the reason when the model or its metadata is missing, corrupt,
     incompatible with this runtime's features or action space, or onnxruntime is unavailable.
     """
-    from edge_agent.policy.errors import ModelLoadError
-    from edge_agent.policy.runtime import DEFAULT_MODEL_PATH, LocalPolicy
+    from edgeplane_contract.policy.errors import ModelLoadError
+    from edgeplane_contract.policy.runtime import DEFAULT_MODEL_PATH, LocalPolicy
 
     path = Path(model) if model else DEFAULT_MODEL_PATH
     try:

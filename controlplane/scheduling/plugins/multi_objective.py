@@ -1,4 +1,4 @@
-"""MultiObjective: score each candidate action by the reward R (see ``scheduling/reward.py``).
+"""MultiObjective: score each candidate action by the reward R (``edgeplane_contract/objective.py``).
 
 This is the ``edgeplane`` profile's main score and the same function a learned policy is
 trained on. Normalisation is a fixed affine map of R from ``[score_floor, score_ceiling]`` onto
@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from edgeplane_contract.objective import IO_HEAVY_KINDS, RewardConfig, RewardInputs, reward_terms
+
 from controlplane.scheduling.actions import Candidates
 from controlplane.scheduling.framework import MAX_NODE_SCORE, STATE_NOW, CycleState, FloatArray, Handle, clip
-from controlplane.scheduling.ledger import IO_HEAVY_KINDS
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.plugins.args import decode_args
 from controlplane.scheduling.plugins.data_locality import transfer_seconds
 from controlplane.scheduling.plugins.energy import fleet_max_w, power_terms
-from controlplane.scheduling.reward import RewardConfig, RewardInputs, reward_terms
 
 __all__ = ["NAME", "STATE_TERMS", "MultiObjective", "MultiObjectiveArgs", "new"]
 

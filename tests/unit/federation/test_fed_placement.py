@@ -6,9 +6,10 @@ from collections import Counter
 
 import pytest
 
+from edgeplane_contract.resources import ResourceRequest
+
 from controlplane.federation.config import parse_federation
 from controlplane.federation.placement import ClusterAggregate, plan_clusters
-from controlplane.resources import ResourceRequest
 from controlplane.scheduling.model import Affinity, NodeState, WorkloadRequest
 from controlplane.scheduling.scheduler import Scheduler
 

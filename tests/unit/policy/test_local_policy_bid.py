@@ -12,13 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controlplane.errors import ConfigError
-from controlplane.resources import ResourceRequest
-from controlplane.scheduling.model import Assignment, GpuDevice, NodeState, WorkloadRequest
-from controlplane.scheduling.plugins.local_policy_bid import Bids, LocalPolicyBid
-from controlplane.scheduling.profiles import BUILTIN_PROFILES, load_profile, parse_profile
-from controlplane.scheduling.scheduler import Scheduler
-from edge_agent.policy.actions import (
+from edgeplane_contract.policy.actions import (
     CPU_MULTIPLIERS,
     DECLINE,
     MEMORY_MULTIPLIERS,
@@ -26,7 +20,14 @@ from edge_agent.policy.actions import (
     N_BINS,
     bin_index,
 )
-from edge_agent.policy.runtime import DEFAULT_MODEL_PATH
+from edgeplane_contract.policy.runtime import DEFAULT_MODEL_PATH
+from edgeplane_contract.resources import ResourceRequest
+
+from controlplane.errors import ConfigError
+from controlplane.scheduling.model import Assignment, GpuDevice, NodeState, WorkloadRequest
+from controlplane.scheduling.plugins.local_policy_bid import Bids, LocalPolicyBid
+from controlplane.scheduling.profiles import BUILTIN_PROFILES, load_profile, parse_profile
+from controlplane.scheduling.scheduler import Scheduler
 
 GB = 2**30
 

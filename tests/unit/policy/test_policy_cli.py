@@ -1,4 +1,4 @@
-"""``edge-agent policy info|bench`` and ``controlplane policy`` wiring."""
+"""``edge-agent policy info`` and ``controlplane policy`` (train|export|eval|bench) wiring."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from controlplane.cli import SUBCOMMANDS
+from controlplane.cli import main as controlplane_main
 from controlplane.policy import cli as cp_policy_cli
+from controlplane.policy.bench import bench
 from edge_agent.cli import main as edge_agent_main
-from edge_agent.policy.cli import bench
 
 
 def test_policy_info_prints_size_opset_and_quantization(capsys: pytest.CaptureFixture[str]) -> None:
@@ -42,7 +43,7 @@ def test_bench_reports_every_stage() -> None:
 
 
 def test_bench_rejects_a_non_positive_count(capsys: pytest.CaptureFixture[str]) -> None:
-    assert edge_agent_main(["policy", "bench", "--rounds", "0"]) == 2
+    assert controlplane_main(["policy", "bench", "--rounds", "0"]) == 2
     assert "--rounds must be positive" in capsys.readouterr().err
 
 
@@ -53,3 +54,10 @@ def test_controlplane_registers_the_policy_command() -> None:
     args = parser.parse_args(["train", "--steps", "5", "--hidden", "32,16"])
     assert args.policy_command == "train" and args.steps == 5 and args.hidden == "32,16"
     assert parser.parse_args(["eval", "--eval-seeds", "1"]).eval_seeds == 1
+    bench_args = parser.parse_args(["bench", "-n", "7", "--heuristic-decisions", "2", "--cpu", "0", "--json"])
+    assert (bench_args.policy_command, bench_args.decisions, bench_args.heuristic_decisions) == (
+        "bench",
+        7,
+        2,
+    )
+    assert bench_args.cpu == 0 and bench_args.rounds == 3 and bench_args.json and bench_args.model is None

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgeplane_contract.policy.actions import DECLINE, DECLINE_REWARD, N_BINS, action_mask
+from edgeplane_contract.policy.heuristic import action_rewards
+from edgeplane_contract.policy.weights import effective_weights
+
 from controlplane.policy.env import (
     EVAL_SEED_BASE,
     TRAINING_BATTERY_MULTIPLIER,
@@ -14,9 +18,6 @@ from controlplane.policy.env import (
     sample_weights,
 )
 from controlplane.policy.train import TrainConfig
-from edge_agent.policy.actions import DECLINE, DECLINE_REWARD, N_BINS, action_mask
-from edge_agent.policy.heuristic import action_rewards
-from edge_agent.policy.weights import effective_weights
 
 
 def test_vectorised_terms_reproduce_reward_for_every_allowed_bin() -> None:

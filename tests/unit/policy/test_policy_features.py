@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controlplane.scheduling.mig import MIG_SPECS
-from controlplane.scheduling.reward import RewardConfig, RewardWeights
-from edge_agent.policy import features as F
-from edge_agent.policy.features import (
+from edgeplane_contract.mig import MIG_SPECS
+from edgeplane_contract.objective import RewardConfig, RewardWeights
+from edgeplane_contract.policy import features as F
+from edgeplane_contract.policy.features import (
     FEATURE_NAMES,
     N_FEATURES,
     NodeView,
@@ -16,7 +16,7 @@ from edge_agent.policy.features import (
     features,
     mig_free_from_occupancy,
 )
-from edge_agent.policy.weights import DEFAULT_WEIGHTS, effective_weights
+from edgeplane_contract.policy.weights import DEFAULT_WEIGHTS, effective_weights
 
 GB = 1e9
 

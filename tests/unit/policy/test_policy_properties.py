@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edge_agent.policy.actions import (
+from edgeplane_contract.policy.actions import (
     ACCELERATORS,
     DECLINE,
     GPU_MEMORY_GB,
@@ -25,8 +25,8 @@ from edge_agent.policy.actions import (
     bin_parts,
     expected_runtime,
 )
-from edge_agent.policy.features import KINDS, N_FEATURES, NODE_TYPES, NodeView, Offer, features
-from edge_agent.policy.runtime import LocalPolicy
+from edgeplane_contract.policy.features import KINDS, N_FEATURES, NODE_TYPES, NodeView, Offer, features
+from edgeplane_contract.policy.runtime import LocalPolicy
 
 GB = 1e9
 

@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgeplane_contract.policy.actions import ACTION_SPEC, DECLINE, N_BINS, action_mask, select_from_logits
+from edgeplane_contract.policy.features import FEATURE_SCHEMA_VERSION, N_FEATURES, NodeView, Offer
+from edgeplane_contract.policy.heuristic import action_rewards, best_action
+from edgeplane_contract.policy.runtime import DEFAULT_MODEL_PATH, LocalPolicy
+from edgeplane_contract.policy.weights import DEFAULT_WEIGHTS, effective_weights
+
 from controlplane.policy.env import EVAL_SEED_BASE, generate
-from edge_agent.policy.actions import ACTION_SPEC, DECLINE, N_BINS, action_mask, select_from_logits
-from edge_agent.policy.features import FEATURE_SCHEMA_VERSION, N_FEATURES, NodeView, Offer
-from edge_agent.policy.heuristic import action_rewards, best_action
-from edge_agent.policy.runtime import DEFAULT_MODEL_PATH, LocalPolicy
-from edge_agent.policy.weights import DEFAULT_WEIGHTS, effective_weights
 
 GB = 1e9
 LOGGER = "edgeplane.agent.policy"
@@ -197,8 +198,9 @@ def test_going_on_battery_with_low_charge_changes_the_decision(
 def test_decide_through_bound_buffers_matches_a_plain_session_run(shipped: LocalPolicy) -> None:
     """``decide`` writes into buffers bound to the session; the batch path uses ``session.run``.
     Both must give the same action and score on held-out states, call after call."""
+    from edgeplane_contract.policy.features import features
+
     from controlplane.policy.env import sample_state, sample_weights
-    from edge_agent.policy.features import features
 
     rng = np.random.default_rng(EVAL_SEED_BASE + 31)
     for _ in range(300):
@@ -215,9 +217,10 @@ def test_decide_through_bound_buffers_matches_a_plain_session_run(shipped: Local
 def test_decisions_carry_the_value_of_running_the_offer_as_requested(shipped: LocalPolicy) -> None:
     """``requested_score`` is the model's q (or the exact reward, for the heuristic) of the 1x/1x
     bin with the requested accelerator, and None when that bin does not fit."""
+    from edgeplane_contract.policy.actions import requested_bin
+    from edgeplane_contract.policy.features import features
+
     from controlplane.policy.env import sample_state, sample_weights
-    from edge_agent.policy.actions import requested_bin
-    from edge_agent.policy.features import features
 
     heuristic = LocalPolicy.heuristic()
     rng = np.random.default_rng(EVAL_SEED_BASE + 32)
@@ -242,7 +245,12 @@ def test_decisions_carry_the_value_of_running_the_offer_as_requested(shipped: Lo
 
 
 def test_the_requested_bin_is_one_times_cpu_and_memory_with_the_requested_accelerator() -> None:
-    from edge_agent.policy.actions import CPU_MULTIPLIERS, MEMORY_MULTIPLIERS, apply_bin, requested_bin
+    from edgeplane_contract.policy.actions import (
+        CPU_MULTIPLIERS,
+        MEMORY_MULTIPLIERS,
+        apply_bin,
+        requested_bin,
+    )
 
     cpu_offer = Offer(cpu=2.0, memory=4 * GB)
     assert apply_bin(cpu_offer, requested_bin(cpu_offer)) == (2.0, 4 * GB, 0.0, "none")

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from controlplane.resources import ResourceRequest
+from edgeplane_contract.resources import ResourceRequest
+
 from controlplane.scheduling.model import GpuDevice, NodeState, WorkloadRequest
 from controlplane.scheduling.nodetable import ZONE_LABEL
 from controlplane.scheduling.scheduler import Scheduler

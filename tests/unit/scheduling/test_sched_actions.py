@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from controlplane.resources import ResourceRequest
+from edgeplane_contract.resources import ResourceRequest
+
 from controlplane.scheduling.actions import ActionSpace, ActionSpaceConfig
 from controlplane.scheduling.model import Assignment, MigSlice
 from controlplane.scheduling.nodetable import NodeTable

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.scheduling.mig import (
+from edgeplane_contract.mig import (
     MIG_SPECS,
     VALUE_TABLE,
     fits,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from edgeplane_contract.power import PowerModel
+
 from controlplane.scheduling.model import Assignment, WorkloadRequest
-from controlplane.scheduling.power import PowerModel
 from controlplane.scheduling.queue import SchedulingQueue
 from controlplane.scheduling.topology import LinkDefaults, TopologyGraph
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controlplane.resources import ResourceRequest
-from controlplane.scheduling.mig import MIG_SPECS
+from edgeplane_contract.mig import MIG_SPECS
+from edgeplane_contract.resources import ResourceRequest
+
 from controlplane.scheduling.model import GpuDevice, NodeState, WorkloadRequest
 from controlplane.scheduling.scheduler import Scheduler
 

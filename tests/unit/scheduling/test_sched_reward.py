@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controlplane.scheduling.reward import (
+from edgeplane_contract.objective import (
     NodeSnapshot,
     RewardConfig,
     energy_weight,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from controlplane.bus.messages import InvocationQueryV1, InvocationStatusV1, InvokeResultV1, decode, encode
+from edgeplane_contract.messages import InvocationQueryV1, InvocationStatusV1, InvokeResultV1, decode, encode
+
 from controlplane.serverless.recovery import InFlight, recover_invocations
 
 

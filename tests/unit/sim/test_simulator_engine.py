@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from controlplane.resources import ResourceRequest
+from edgeplane_contract.resources import ResourceRequest
+
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.sim.engine import Simulation
 from controlplane.sim.metrics import summarise

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.bus.messages import PlacementState, RunSpec
+from edgeplane_contract.messages import PlacementState, RunSpec
+
 from edge_agent.cgroups import CgroupV1Cpu, CgroupV2Cpu, NoCpuLimit, detect_cpu_limiter, quota_us
 from edge_agent.executor import ProcessRunner
 

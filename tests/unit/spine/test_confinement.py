@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from edgeplane_contract.messages import MessageError, NodeResources, RegisterV1, decode, encode
+
 import edge_agent.confinement as confinement
-from controlplane.bus.messages import MessageError, NodeResources, RegisterV1, decode, encode
 from controlplane.errors import ConfigError
 from edge_agent.cgroups import Hierarchy, UnitGroups, v1_mount, v2_own_dir
 from edge_agent.cli import build_parser

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controlplane.bus import messages
-from controlplane.bus.messages import MessageError, decode
+from edgeplane_contract import messages
+from edgeplane_contract.messages import MessageError, decode
 
 # Every message type on the bus (the payload pieces are fuzzed inside them).
 TYPES: list[type] = sorted(

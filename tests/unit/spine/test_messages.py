@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controlplane.bus.messages import (
+from edgeplane_contract.messages import (
     CommandV1,
     GpuTelemetry,
     HeartbeatV1,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from controlplane.bus.messages import PlacementState, StatusReportV1
+from edgeplane_contract.messages import PlacementState, StatusReportV1
+
 from edge_agent.outbox import DurableOutbox
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.bus.messages import (
+from edgeplane_contract.messages import (
     CommandV1,
     OfferSpec,
     PlacementState,
@@ -20,7 +20,8 @@ from controlplane.bus.messages import (
     decode,
     encode,
 )
-from controlplane.scheduling.reward import RewardConfig
+from edgeplane_contract.objective import RewardConfig
+
 from edge_agent.executor import ProcessRunner, RunningPlacement
 from edge_agent.restarts import (
     Backoff,
@@ -91,8 +92,8 @@ def test_old_run_commands_and_state_reports_still_parse():
 
 
 def _edge_node(on_battery: bool, percent: float):
-    from controlplane.scheduling.power import DEFAULT_POWER_SPECS
-    from edge_agent.policy.features import NodeView
+    from edgeplane_contract.policy.features import NodeView
+    from edgeplane_contract.power import DEFAULT_POWER_SPECS
 
     spec = DEFAULT_POWER_SPECS["edge"]
     return NodeView(
@@ -110,8 +111,8 @@ def _edge_node(on_battery: bool, percent: float):
 
 def test_the_shipped_model_restarts_a_small_batch_job_on_mains_and_declines_it_on_a_low_battery():
     """The real int8 model, the agent's weight rule: 5% battery (below the floor) means decline."""
-    from edge_agent.policy.features import Offer
-    from edge_agent.policy.runtime import LocalPolicy
+    from edgeplane_contract.policy.features import Offer
+    from edgeplane_contract.policy.runtime import LocalPolicy
 
     policy = LocalPolicy.load()
     assert policy.uses_model
@@ -272,7 +273,7 @@ def _agent(tmp_path: Path, *, on_battery: bool, percent: float, local_policy: bo
     )
     agent = Agent(config, power=SysfsPowerReader(power_dir), gpus=StaticGpuReader([]))
     if local_policy:
-        from edge_agent.policy.runtime import LocalPolicy
+        from edgeplane_contract.policy.runtime import LocalPolicy
 
         agent.policy = LocalPolicy.load()
     return agent

@@ -13,7 +13,8 @@ import os
 import signal
 from pathlib import Path
 
-from controlplane.bus.messages import PlacementState, RunSpec
+from edgeplane_contract.messages import PlacementState, RunSpec
+
 from edge_agent.executor import ProcessRunner, RunningPlacement
 from edge_agent.restarts import Backoff, RestartChoice
 

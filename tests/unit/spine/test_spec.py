@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from edgeplane_contract.resources import format_memory, parse_cpu, parse_memory
+
 from controlplane.errors import ValidationError
 from controlplane.hub.spec import WorkloadSpec
-from controlplane.resources import format_memory, parse_cpu, parse_memory
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """The objective weights the policy is conditioned on, with w3 adapted to live power telemetry.
 
-The rule is the reward module's (:func:`controlplane.scheduling.reward.energy_weight`): on
+The rule is the reward module's (:func:`edgeplane_contract.objective.energy_weight`): on
 battery ``w3 * battery_multiplier * (1 + low_battery_gain * (1 - battery_percent / 100))``,
 otherwise ``w3``. The agent applies it to its profile's base weights before every decision, so
 one model serves every weighting and the battery rule stays configuration, not training.
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from edge_agent.policy.features import NodeView
+from edgeplane_contract.policy.features import NodeView
 
 __all__ = ["DEFAULT_WEIGHTS", "Weights", "effective_weights", "validate_weights"]
 
@@ -43,7 +43,7 @@ def effective_weights(
     adaptive: bool = True,
 ) -> Weights:
     """``base`` w1..w4 with w3 raised for a node on battery (the reward module's rule)."""
-    from controlplane.scheduling.reward import AdaptiveWeights, RewardConfig, RewardWeights, energy_weight
+    from edgeplane_contract.objective import AdaptiveWeights, RewardConfig, RewardWeights, energy_weight
 
     w1, w2, w3, w4 = validate_weights(base)
     cfg = RewardConfig(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nkeys
 
-from controlplane.errors import ConfigError
+from edgeplane_contract.errors import ConfigError
 
 __all__ = [
     "NatsTls",

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from controlplane.scheduling.framework import FloatArray, IntArray
-from controlplane.scheduling.model import NODE_TYPES
+from edgeplane_contract.arrays import FloatArray, IntArray
+from edgeplane_contract.resources import NODE_TYPES
 
 __all__ = ["DEFAULT_POWER_SPECS", "PowerModel", "PowerSpec"]
 

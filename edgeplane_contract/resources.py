@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from controlplane.errors import ValidationError
+from edgeplane_contract.errors import ValidationError
 
 __all__ = [
     "MIG_PROFILES",
+    "NODE_TYPES",
     "ResourceRequest",
     "format_memory",
     "parse_cpu",
@@ -32,6 +33,9 @@ _MEMORY_SUFFIX = {
     "Ti": 2**40,
 }
 _MEMORY_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|[kKMGT])?\s*$")
+
+# The kinds of node, in the order the scheduler's node table and the power model index them.
+NODE_TYPES = ("cpu", "gpu", "dpu", "edge")
 
 # NVIDIA A100-40GB MIG profiles: name -> (compute slices, memory GB).
 MIG_PROFILES: dict[str, tuple[int, int]] = {

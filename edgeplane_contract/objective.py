@@ -39,10 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from controlplane.scheduling.framework import FloatArray, clip
-from controlplane.scheduling.ledger import IO_HEAVY_KINDS, KIND_SENSITIVITY
+from edgeplane_contract.arrays import FloatArray, clip
 
 __all__ = [
+    "IO_HEAVY_KINDS",
+    "KIND_SENSITIVITY",
     "AdaptiveWeights",
     "NodeSnapshot",
     "RewardBreakdown",
@@ -54,6 +55,12 @@ __all__ = [
     "reward",
     "reward_terms",
 ]
+
+# How much a replica of each kind suffers from CPU contention on its node (0: not at all,
+# 1: its runtime stretches one-for-one with the contention). Latency-sensitive work suffers
+# most; throughput batch jobs least. Used to account the "who gets hurt" on each node.
+KIND_SENSITIVITY: dict[str, float] = {"service": 1.0, "function": 1.0, "analytics": 0.5, "batch": 0.3}
+IO_HEAVY_KINDS = frozenset({"analytics"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ KINDS = ("service", "function", "batch", "analytics")
 MIG_PROFILE_ORDER = ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")
 
 # Mirrors of reward-config defaults the features need without importing the trainer side
-# (tests pin them to controlplane.scheduling.reward.RewardConfig()).
+# (tests pin them to edgeplane_contract.objective.RewardConfig()).
 DEFAULT_RUNTIME_S = {"service": 60.0, "function": 5.0, "batch": 1800.0, "analytics": 900.0}
 KNEE = 0.70
 BATTERY_FLOOR_PERCENT = 15.0
@@ -238,7 +238,7 @@ def features(node: NodeView, offer: Offer, weights: Sequence[float]) -> npt.NDAr
     """The feature vector (length :data:`N_FEATURES`, float32) for one decision.
 
     ``weights`` are the effective w1..w4 (w3 already adapted to the battery, see
-    :func:`edge_agent.policy.weights.effective_weights`).
+    :func:`edgeplane_contract.policy.weights.effective_weights`).
     """
     return np.array(_values(node, offer, weights), dtype=np.float32)
 
@@ -347,7 +347,7 @@ def mig_free_from_occupancy(gpus: Iterable[tuple[int, int]]) -> tuple[int, int, 
     For every profile: how many instances of it alone could still be created, summed over GPUs
     (legal start positions that are free, limited by the free compute slices).
     """
-    from controlplane.scheduling.mig import COMPUTE_SLICES, MIG_SPECS
+    from edgeplane_contract.mig import COMPUTE_SLICES, MIG_SPECS
 
     counts = [0, 0, 0, 0, 0]
     for occ, compute_used in gpus:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from controlplane.resources import MIG_PROFILES
+from edgeplane_contract.resources import MIG_PROFILES
 
 __all__ = [
     "COMPUTE_SLICES",

@@ -1,7 +1,7 @@
 """The fallback scorer: the exact reward of every allowed bin, best one or decline.
 
 Also the teacher the model is distilled from (the trainer evaluates the same reward, vectorised).
-It calls :func:`controlplane.scheduling.reward.reward` once per allowed bin with fixed (already
+It calls :func:`edgeplane_contract.objective.reward` once per allowed bin with fixed (already
 adapted) weights, so it costs about a reward evaluation per bin (~0.1-0.3 ms each): fine as a
 fallback, too slow to be the normal path.
 """
@@ -14,18 +14,25 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from edge_agent.policy.actions import DECLINE, DECLINE_REWARD, N_ACTIONS, N_BINS, apply_bin, expected_runtime
-from edge_agent.policy.features import NodeView, Offer
+from edgeplane_contract.policy.actions import (
+    DECLINE,
+    DECLINE_REWARD,
+    N_ACTIONS,
+    N_BINS,
+    apply_bin,
+    expected_runtime,
+)
+from edgeplane_contract.policy.features import NodeView, Offer
 
 if TYPE_CHECKING:
-    from controlplane.scheduling.reward import NodeSnapshot, RewardConfig
+    from edgeplane_contract.objective import NodeSnapshot, RewardConfig
 
 __all__ = ["action_rewards", "best_action", "snapshot", "unit_config"]
 
 
 def snapshot(node: NodeView, offer: Offer) -> NodeSnapshot:
     """The reward module's ``NodeSnapshot`` of this node for this offer."""
-    from controlplane.scheduling.reward import NodeSnapshot
+    from edgeplane_contract.objective import NodeSnapshot
 
     return NodeSnapshot(
         cpu_cap=node.cpu_capacity,
@@ -50,7 +57,7 @@ def snapshot(node: NodeView, offer: Offer) -> NodeSnapshot:
 
 def unit_config(weights: Sequence[float]) -> RewardConfig:
     """A ``RewardConfig`` with these weights, fixed: w3 is already the adapted one."""
-    from controlplane.scheduling.reward import AdaptiveWeights, RewardConfig, RewardWeights
+    from edgeplane_contract.objective import AdaptiveWeights, RewardConfig, RewardWeights
 
     w1, w2, w3, w4 = (float(w) for w in weights)
     return RewardConfig(
@@ -63,7 +70,7 @@ def action_rewards(
     node: NodeView, offer: Offer, weights: Sequence[float], mask: npt.NDArray[np.bool_]
 ) -> npt.NDArray[np.float64]:
     """Reward total per action (length :data:`N_ACTIONS`): -inf where masked, decline's constant."""
-    from controlplane.scheduling.reward import reward
+    from edgeplane_contract.objective import reward
 
     state = snapshot(node, offer)
     cfg = unit_config(weights)

@@ -8,7 +8,7 @@ allowed action with the largest logit and reports ``q`` of that bin as the decis
 
 A missing, corrupt or incompatible model (other feature schema version, other action space,
 checksum mismatch, onnxruntime missing) never raises: the policy logs ONE warning at load and
-uses the heuristic (the exact reward of every allowed bin, :mod:`edge_agent.policy.heuristic`).
+uses the heuristic (the exact reward of every allowed bin, :mod:`edgeplane_contract.policy.heuristic`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from edge_agent.policy.actions import (
+from edgeplane_contract.policy.actions import (
     ACTION_SPEC,
     DECLINE,
     DECLINE_REWARD,
@@ -34,15 +34,15 @@ from edge_agent.policy.actions import (
     mask_entry,
     requested_bin,
 )
-from edge_agent.policy.errors import ModelIncompatibleError, ModelLoadError
-from edge_agent.policy.features import (
+from edgeplane_contract.policy.errors import ModelIncompatibleError, ModelLoadError
+from edgeplane_contract.policy.features import (
     FEATURE_SCHEMA_VERSION,
     N_FEATURES,
     NodeView,
     Offer,
     write_features,
 )
-from edge_agent.policy.weights import validate_weights
+from edgeplane_contract.policy.weights import validate_weights
 
 __all__ = ["DEFAULT_MODEL_PATH", "Decision", "LocalPolicy", "Source"]
 
@@ -68,7 +68,7 @@ class Decision:
     better, and a node on a draining battery scores lower because its w3 is higher. ``masked``
     is how many of the 64 bins the mask removed; ``latency_us`` the wall time of the whole
     decision (features, mask, inference). ``requested_score`` is the value, in the same units,
-    of running the offer exactly as requested (:func:`~edge_agent.policy.actions.requested_bin`),
+    of running the offer exactly as requested (:func:`~edgeplane_contract.policy.actions.requested_bin`),
     None when that bin is masked: the hub places replicas with their requested quotas, so that
     is the figure it compares across nodes.
     """
@@ -226,7 +226,7 @@ class LocalPolicy:
         """Pick the bin (or decline) for ``offer`` on ``node`` under effective weights w1..w4.
 
         ``weights`` are the weights to optimise *now*: w3 already adapted to the node's power
-        source (see :func:`edge_agent.policy.weights.effective_weights`).
+        source (see :func:`edgeplane_contract.policy.weights.effective_weights`).
         """
         start = time.perf_counter()
         w = validate_weights(weights)
@@ -246,7 +246,7 @@ class LocalPolicy:
             source = self.source
             decline = best == DECLINE
         else:
-            from edge_agent.policy.heuristic import action_rewards
+            from edgeplane_contract.policy.heuristic import action_rewards
 
             rewards = action_rewards(node, offer, w, mask)
             best = int(np.argmax(rewards[:N_BINS]))

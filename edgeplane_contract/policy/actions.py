@@ -40,7 +40,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from edge_agent.policy.features import KINDS, MIG_PROFILE_ORDER, NodeView, Offer
+from edgeplane_contract.policy.features import KINDS, MIG_PROFILE_ORDER, NodeView, Offer
 
 __all__ = [
     "ACCELERATORS",
@@ -271,7 +271,7 @@ def select_actions(values: npt.NDArray[np.floating], mask: npt.NDArray[np.bool_]
     """The decision rule for a batch: best allowed bin by value, decline unless it beats declining.
 
     ``values`` has shape (N, 64) (model outputs or exact rewards), ``mask`` (N, 65). Ties go to
-    the lower bin, as in :meth:`edge_agent.policy.runtime.LocalPolicy.decide`.
+    the lower bin, as in :meth:`edgeplane_contract.policy.runtime.LocalPolicy.decide`.
     """
     masked = np.where(mask[:, :N_BINS], values, -np.inf)
     best = np.argmax(masked, axis=1)
