@@ -13,7 +13,7 @@ import sqlite3
 from collections import OrderedDict
 from pathlib import Path
 
-from controlplane.bus.messages import InvokeResultV1, MessageError, decode
+from edgeplane_contract.messages import InvokeResultV1, MessageError, decode
 
 __all__ = ["FinishedInvocations"]
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from controlplane.bus.messages import InvokeResultV1, encode
+from edgeplane_contract.messages import InvokeResultV1, encode
+
 from edge_agent.invocation_record import FinishedInvocations
 
 
