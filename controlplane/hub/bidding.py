@@ -15,15 +15,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edgeplane_contract.messages import BidRequestV1, BidV1, MessageError, decode, encode
 
+from controlplane.hub.nodes import NodeDirectory
 from controlplane.hub.placement import ReplicaChoice
 from controlplane.hub.spec import WorkloadSpec
-
-if TYPE_CHECKING:
-    from controlplane.hub.service import Hub
 
 __all__ = ["BidOutcome", "run_bid_round"]
 
@@ -53,7 +51,7 @@ def _candidates(choice: ReplicaChoice) -> list[dict[str, Any]]:
     return found
 
 
-async def _ask(hub: Hub, node: str, request: BidRequestV1, deadline_s: float) -> BidV1 | None:
+async def _ask(hub: NodeDirectory, node: str, request: BidRequestV1, deadline_s: float) -> BidV1 | None:
     live = hub.nodes.get(node)
     if live is None:
         return None
@@ -70,7 +68,7 @@ async def _ask(hub: Hub, node: str, request: BidRequestV1, deadline_s: float) ->
 
 
 async def run_bid_round(
-    hub: Hub, workload_id: str, spec: WorkloadSpec, choice: ReplicaChoice, *, deadline_ms: float
+    hub: NodeDirectory, workload_id: str, spec: WorkloadSpec, choice: ReplicaChoice, *, deadline_ms: float
 ) -> BidOutcome | None:
     """The node this replica should go to, or None when no candidate runs a local policy."""
     candidates = _candidates(choice)

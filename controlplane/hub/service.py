@@ -39,6 +39,7 @@ from edgeplane_contract.transport import PAYLOAD_MARGIN
 from controlplane.bus.hub_bus import HubBus, MessageTooLargeError
 from controlplane.errors import NotFoundError, ValidationError
 from controlplane.federation.config import FederationConfig
+from controlplane.hub.nodes import NodeLive
 from controlplane.hub.placement import FitPlacer, PlacementNode, Placer, ReplicaChoice
 from controlplane.hub.registration import RegistrationLimits, registration_problem
 from controlplane.hub.spec import WorkloadSpec
@@ -75,27 +76,6 @@ class HubSettings:
     # NATS server authenticates them; this is the hub's own check behind it).
     require_enrolment: bool = False
     registration: RegistrationLimits = field(default_factory=RegistrationLimits)
-
-
-@dataclass(slots=True)
-class NodeLive:
-    """What the hub tracks about a node between store writes."""
-
-    name: str
-    cluster: str
-    status: str
-    boot_id: str
-    lease_s: float
-    last_seen: float
-    telemetry: dict[str, Any] = field(default_factory=dict)
-    power_source: str = "unknown"
-    battery_percent: float | None = None
-    last_heartbeat_at: float = 0.0
-    dirty: bool = False
-    # NotReady, its placements held (not Lost) for hold_s beyond its lease: the autonomy window in a
-    # partition, else the cluster's eviction grace.
-    held: bool = False
-    hold_s: float = 0.0
 
 
 class _Seen:

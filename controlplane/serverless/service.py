@@ -24,7 +24,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -48,6 +48,7 @@ from edgeplane_contract.transport import PAYLOAD_MARGIN
 
 from controlplane.bus.hub_bus import MessageTooLargeError
 from controlplane.errors import ConflictError, EdgeplaneError, NotFoundError, PayloadTooLargeError
+from controlplane.hub.nodes import FunctionHost
 from controlplane.serverless.estimates import Estimates, FunctionStats
 from controlplane.serverless.keepalive import Policy, make_policy
 from controlplane.serverless.recovery import InFlight, recover_invocations
@@ -55,9 +56,6 @@ from controlplane.serverless.router import EnergyWeights, NodeOption, Route, rou
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.store.models import FunctionRow, InvocationRow
 from controlplane.store.store import Store
-
-if TYPE_CHECKING:
-    from controlplane.hub.service import Hub
 
 __all__ = ["FunctionService", "InvocationOutcome", "ServerlessSettings"]
 
@@ -115,7 +113,7 @@ class InvocationOutcome:
 class FunctionService:
     """Serverless functions for one hub; created and started by the hub."""
 
-    def __init__(self, hub: Hub, settings: ServerlessSettings | None = None) -> None:
+    def __init__(self, hub: FunctionHost, settings: ServerlessSettings | None = None) -> None:
         self.hub = hub
         self.settings = settings or ServerlessSettings()
         self.policy: Policy = make_policy(self.settings.policy)

@@ -1,0 +1,61 @@
+"""What the hub knows of its nodes between store writes, and the narrow views of the hub that its
+parts receive instead of the whole ``Hub`` (the bid round, the function service).
+
+A leaf of ``controlplane.hub``: it imports no other hub module, so the parts that take these
+views do not import ``hub.service`` (the composition that wires them), and nothing cycles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from controlplane.bus.hub_bus import HubBus
+from controlplane.federation.config import FederationConfig
+from controlplane.store.store import Store
+
+__all__ = ["FunctionHost", "NodeDirectory", "NodeLive"]
+
+
+@dataclass(slots=True)
+class NodeLive:
+    """What the hub tracks about a node between store writes."""
+
+    name: str
+    cluster: str
+    status: str
+    boot_id: str
+    lease_s: float
+    last_seen: float
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    power_source: str = "unknown"
+    battery_percent: float | None = None
+    last_heartbeat_at: float = 0.0
+    dirty: bool = False
+    # NotReady, its placements held (not Lost) for hold_s beyond its lease: the autonomy window in a
+    # partition, else the cluster's eviction grace.
+    held: bool = False
+    hold_s: float = 0.0
+
+
+class NodeDirectory(Protocol):
+    """The live nodes and the bus to reach them: what the bid round needs."""
+
+    @property
+    def nodes(self) -> dict[str, NodeLive]: ...
+
+    @property
+    def bus(self) -> HubBus: ...
+
+
+class FunctionHost(NodeDirectory, Protocol):
+    """What the function service needs of the hub: the nodes and bus, the store, the federation
+    (a cluster's eviction grace) and what each node offers as placement knows it."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def federation(self) -> FederationConfig: ...
+
+    def node_capacity(self, node: str) -> dict[str, Any]: ...
