@@ -19,7 +19,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from edgeplane_contract.credentials import NatsTls
@@ -43,6 +42,7 @@ from controlplane.hub.nodes import NodeLive
 from controlplane.hub.placement import FitPlacer, PlacementNode, Placer, ReplicaChoice
 from controlplane.hub.registration import RegistrationLimits, registration_problem
 from controlplane.hub.spec import WorkloadSpec
+from controlplane.store import queries
 from controlplane.store.identities import IdentityStore
 from controlplane.store.models import ClusterRow, NodeRow, PlacementRow, WorkloadRow
 from controlplane.store.store import ACTIVE_PLACEMENT, TERMINAL_PLACEMENT, Store
@@ -170,7 +170,7 @@ class Hub:
                 else:
                     row.region = cluster.region
                     row.updated_at = now
-            for node in await s.scalars(select(NodeRow)):
+            for node in await queries.all_nodes(s):
                 lease = node.heartbeat_interval_s * self.settings.lease_missed_heartbeats
                 # A restarted hub gives every known node one full lease to show up again.
                 self.nodes[node.name] = NodeLive(
@@ -186,7 +186,7 @@ class Hub:
                     last_heartbeat_at=node.last_heartbeat_at,
                 )
                 self.placer.upsert_node(self._placement_node(node))
-            active = await s.scalars(select(PlacementRow).where(PlacementRow.status.in_(ACTIVE_PLACEMENT)))
+            active = await queries.active_placements(s)
             specs: dict[str, WorkloadSpec] = {}
             for placement in active:
                 if placement.workload_id not in specs:
@@ -336,15 +336,7 @@ class Hub:
             await self._reconcile_agent_placements(
                 s, node_name, msg.placements, agent_restarted=previous_boot not in (None, msg.boot_id)
             )
-            keep = list(
-                await s.scalars(
-                    select(PlacementRow.id).where(
-                        PlacementRow.node == node_name,
-                        PlacementRow.status.in_(ACTIVE_PLACEMENT),
-                        PlacementRow.stop_command_id.is_(None),
-                    )
-                )
-            )
+            keep = await queries.kept_placement_ids(s, node_name)
         self.wake()
         return RegisterAckV1(accepted=True, hub_id=hub_id, keep=keep)
 
@@ -353,9 +345,7 @@ class Hub:
     ) -> None:
         """Merge what an agent says it runs with what the store says it should run."""
         by_id = {p.placement_id: p for p in reported}
-        active = await s.scalars(
-            select(PlacementRow).where(PlacementRow.node == node, PlacementRow.status.in_(ACTIVE_PLACEMENT))
-        )
+        active = await queries.active_placements(s, node=node)
         for placement in active:
             state = by_id.pop(placement.id, None)
             if state is not None:
@@ -446,15 +436,7 @@ class Hub:
         """A replica reported Succeeded after its placement was marked Lost (its node was silent,
         not dead). It wins unless a later attempt of the replica may have started: then the replica
         is done, and the re-placement is cancelled before it runs."""
-        others = list(
-            await s.scalars(
-                select(PlacementRow).where(
-                    PlacementRow.workload_id == placement.workload_id,
-                    PlacementRow.replica == placement.replica,
-                    PlacementRow.id != placement.id,
-                )
-            )
-        )
+        others = await queries.other_attempts(s, placement)
         started = [
             p
             for p in others
@@ -568,13 +550,7 @@ class Hub:
         workload = await s.get(WorkloadRow, workload_id)
         if workload is None:
             return
-        placements = list(
-            await s.scalars(
-                select(PlacementRow)
-                .where(PlacementRow.workload_id == workload_id)
-                .order_by(PlacementRow.replica, PlacementRow.attempt)
-            )
-        )
+        placements = await queries.placements_of(s, workload_id, ordered=True)
         latest: dict[int, PlacementRow] = {}
         succeeded: set[int] = set()  # a replica that succeeded once is done (a late success wins)
         for placement in placements:
@@ -678,13 +654,7 @@ class Hub:
                 return
             workload.cancel_requested = True
             Store.add_event(s, "WorkloadCancelRequested", "workload", workload_id)
-            active = list(
-                await s.scalars(
-                    select(PlacementRow).where(
-                        PlacementRow.workload_id == workload_id, PlacementRow.status.in_(ACTIVE_PLACEMENT)
-                    )
-                )
-            )
+            active = await queries.active_placements(s, workload_id=workload_id)
             self._request_stops(active, "cancelled by user")
             await self._refresh_workload(s, workload_id)
 
@@ -837,13 +807,7 @@ class Hub:
         return now - max(live.last_seen, hearing_since) > live.lease_s + live.hold_s
 
     async def _lose_placements(self, s: AsyncSession, live: NodeLive, why: str) -> None:
-        placements = list(
-            await s.scalars(
-                select(PlacementRow).where(
-                    PlacementRow.node == live.name, PlacementRow.status.in_(ACTIVE_PLACEMENT)
-                )
-            )
-        )
+        placements = await queries.active_placements(s, node=live.name)
         if placements:
             log.info("node %s: %s: %d placement(s) Lost, to be placed again", live.name, why, len(placements))
         for placement in placements:
@@ -851,18 +815,9 @@ class Hub:
 
     async def _place_pending(self) -> None:
         async with self.store.session() as s:
-            pending = list(
-                await s.scalars(
-                    select(WorkloadRow)
-                    .where(WorkloadRow.status == "Pending", WorkloadRow.cancel_requested.is_(False))
-                    .order_by(WorkloadRow.priority.desc(), WorkloadRow.created_at)
-                    .limit(200)
-                )
-            )
+            pending = await queries.pending_workloads(s, limit=200)
             for workload in pending:
-                placements = list(
-                    await s.scalars(select(PlacementRow).where(PlacementRow.workload_id == workload.id))
-                )
+                placements = await queries.placements_of(s, workload.id)
                 latest: dict[int, PlacementRow] = {}
                 for placement in sorted(placements, key=lambda p: p.attempt):
                     latest[placement.replica] = placement
@@ -956,14 +911,7 @@ class Hub:
     async def _preempt(self, s: AsyncSession, victims: list[tuple[str, int]], *, by: WorkloadRow) -> None:
         """Stop replicas the scheduler evicted for ``by``; they return to Pending when stopped."""
         for workload_id, replica in victims:
-            rows = await s.scalars(
-                select(PlacementRow).where(
-                    PlacementRow.workload_id == workload_id,
-                    PlacementRow.replica == replica,
-                    PlacementRow.status.in_(ACTIVE_PLACEMENT),
-                )
-            )
-            active = list(rows)
+            active = await queries.active_placements(s, workload_id=workload_id, replica=replica)
             self._request_stops(active, f"preempted by {by.name} ({by.id}, priority {by.priority})")
             Store.add_event(
                 s,
@@ -999,8 +947,7 @@ class Hub:
         runs: list[tuple[PlacementRow, CommandV1]] = []
         stops: list[tuple[PlacementRow, CommandV1]] = []
         async with self.store.session() as s:
-            rows = await s.scalars(select(PlacementRow).where(PlacementRow.status.in_(ACTIVE_PLACEMENT)))
-            for placement in rows:
+            for placement in await queries.active_placements(s):
                 live = self.nodes.get(placement.node)
                 if live is None or live.status != "Ready":
                     continue

@@ -1,0 +1,85 @@
+"""The hub's reads of nodes, workloads and placements, inside a session the caller holds (its
+writes go in the same transaction). The hub's state machine says what to do; this module only
+says how to find the rows.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from controlplane.store.models import NodeRow, PlacementRow, WorkloadRow
+from controlplane.store.store import ACTIVE_PLACEMENT
+
+__all__ = [
+    "active_placements",
+    "all_nodes",
+    "kept_placement_ids",
+    "other_attempts",
+    "pending_workloads",
+    "placements_of",
+]
+
+
+async def all_nodes(s: AsyncSession) -> list[NodeRow]:
+    return list(await s.scalars(select(NodeRow)))
+
+
+async def active_placements(
+    s: AsyncSession, *, node: str | None = None, workload_id: str | None = None, replica: int | None = None
+) -> list[PlacementRow]:
+    """Placements that are Scheduled or Running, optionally of one node, workload or replica."""
+    query = select(PlacementRow).where(PlacementRow.status.in_(ACTIVE_PLACEMENT))
+    if node is not None:
+        query = query.where(PlacementRow.node == node)
+    if workload_id is not None:
+        query = query.where(PlacementRow.workload_id == workload_id)
+    if replica is not None:
+        query = query.where(PlacementRow.replica == replica)
+    return list(await s.scalars(query))
+
+
+async def kept_placement_ids(s: AsyncSession, node: str) -> list[str]:
+    """The active placements of ``node`` the hub has not asked to stop: what its agent keeps."""
+    return list(
+        await s.scalars(
+            select(PlacementRow.id).where(
+                PlacementRow.node == node,
+                PlacementRow.status.in_(ACTIVE_PLACEMENT),
+                PlacementRow.stop_command_id.is_(None),
+            )
+        )
+    )
+
+
+async def other_attempts(s: AsyncSession, placement: PlacementRow) -> list[PlacementRow]:
+    """The other attempts of ``placement``'s replica, in any state."""
+    return list(
+        await s.scalars(
+            select(PlacementRow).where(
+                PlacementRow.workload_id == placement.workload_id,
+                PlacementRow.replica == placement.replica,
+                PlacementRow.id != placement.id,
+            )
+        )
+    )
+
+
+async def placements_of(s: AsyncSession, workload_id: str, *, ordered: bool = False) -> list[PlacementRow]:
+    """Every placement of a workload (``ordered``: by replica, then attempt)."""
+    query = select(PlacementRow).where(PlacementRow.workload_id == workload_id)
+    if ordered:
+        query = query.order_by(PlacementRow.replica, PlacementRow.attempt)
+    return list(await s.scalars(query))
+
+
+async def pending_workloads(s: AsyncSession, *, limit: int) -> list[WorkloadRow]:
+    """Pending workloads not being cancelled, highest priority first, then oldest."""
+    return list(
+        await s.scalars(
+            select(WorkloadRow)
+            .where(WorkloadRow.status == "Pending", WorkloadRow.cancel_requested.is_(False))
+            .order_by(WorkloadRow.priority.desc(), WorkloadRow.created_at)
+            .limit(limit)
+        )
+    )
