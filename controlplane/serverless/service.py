@@ -551,8 +551,13 @@ class FunctionService:
         try:
             subject = self.hub.bus.subjects(cluster).invocation_query(node)
             data = await self.hub.bus.request(cluster, subject, encode(query), deadline_s=2.0)
+        except Exception:  # not reachable, nobody listening, no answer in time: no result
+            return None
+        try:
             status = decode(data, InvocationStatusV1)
-        except Exception:  # not reachable, nobody listening, a malformed answer: no result
+        except MessageError as exc:
+            self.hub.bus.malformed["invocation_status"] += 1
+            log.warning("node %s answered the invocation query with a malformed reply: %s", node, exc)
             return None
         for result in status.finished:
             if result.invocation_id == invocation_id:
