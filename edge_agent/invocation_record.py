@@ -15,6 +15,8 @@ from pathlib import Path
 
 from edgeplane_contract.messages import InvokeResultV1, MessageError, decode
 
+from edge_agent.local_db import open_private_db
+
 __all__ = ["FinishedInvocations"]
 
 log = logging.getLogger("edgeplane.agent.invocations")
@@ -32,15 +34,11 @@ class FinishedInvocations:
         if path is None:
             return
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, isolation_level=None)  # autocommit: one write, one commit
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")  # durable across a process crash
-            self._db.execute(
+            self._db = open_private_db(
+                path,
                 "CREATE TABLE IF NOT EXISTS finished (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
-                "invocation_id TEXT UNIQUE NOT NULL, body BLOB NOT NULL)"
+                "invocation_id TEXT UNIQUE NOT NULL, body BLOB NOT NULL)",
             )
-            path.chmod(0o600)  # results are the callers' data
             unreadable: list[str] = []
             rows = self._db.execute("SELECT invocation_id, body FROM finished ORDER BY seq")
             for invocation_id, body in rows.fetchall():

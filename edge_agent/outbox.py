@@ -16,6 +16,8 @@ from pathlib import Path
 
 from edgeplane_contract.messages import MessageError, PlacementState, StatusReportV1, decode, encode
 
+from edge_agent.local_db import open_private_db
+
 __all__ = ["FINAL_STATES", "DurableOutbox"]
 
 FINAL_STATES = frozenset({"Succeeded", "Failed", "Cancelled"})
@@ -32,15 +34,11 @@ class DurableOutbox:
         if path is None:
             return
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, isolation_level=None)  # autocommit: one write, one commit
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")  # durable across a process crash
-            self._db.execute(
+            self._db = open_private_db(
+                path,
                 "CREATE TABLE IF NOT EXISTS reports (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
-                "report_id TEXT UNIQUE NOT NULL, body BLOB NOT NULL)"
+                "report_id TEXT UNIQUE NOT NULL, body BLOB NOT NULL)",
             )
-            path.chmod(0o600)
             stale: list[str] = []
             for report_id, body in self._db.execute("SELECT report_id, body FROM reports ORDER BY seq"):
                 try:

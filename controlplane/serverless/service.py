@@ -478,16 +478,12 @@ class FunctionService:
                 await self._outlast_silence(request_task, node, boot_id, min(spec.timeout_s, grace_s))
             if not request_task.done():
                 request_task.cancel()
-                finished = await self._ask_node(live.cluster, node, invocation_id)
-                if finished is not None:
-                    self.counters["answers_recovered"] += 1
-                    self._apply_result(outcome, finished, sent, spec, node)
-                else:
-                    outcome.error = {
-                        "code": "agent_lost",
-                        "type": "AgentLost",
-                        "message": f"node {node} stopped answering during the invocation",
-                    }
+                lost_error = {
+                    "code": "agent_lost",
+                    "type": "AgentLost",
+                    "message": f"node {node} stopped answering during the invocation",
+                }
+                await self._answer_from_node(outcome, live.cluster, sent, spec, lost_error)
             else:
                 try:
                     data = request_task.result()
@@ -497,16 +493,12 @@ class FunctionService:
                 except (TimeoutError, NatsTimeoutError):
                     # The answer may have been lost with a connection (NATS restarted while the
                     # function ran): the node keeps finished results; ask it before giving up.
-                    finished = await self._ask_node(live.cluster, node, invocation_id)
-                    if finished is not None:
-                        self.counters["answers_recovered"] += 1
-                        self._apply_result(outcome, finished, sent, spec, node)
-                    else:
-                        outcome.error = {
-                            "code": "timeout",
-                            "type": "Timeout",
-                            "message": f"no answer from {node} within {budget_s:g}s",
-                        }
+                    timeout_error = {
+                        "code": "timeout",
+                        "type": "Timeout",
+                        "message": f"no answer from {node} within {budget_s:g}s",
+                    }
+                    await self._answer_from_node(outcome, live.cluster, sent, spec, timeout_error)
                 except ConnectionError as exc:
                     outcome.error = {"code": "unavailable", "type": "Unavailable", "message": str(exc)}
                 except MessageTooLargeError as exc:
@@ -543,6 +535,19 @@ class FunctionService:
             if self.hub.bus.hearing_since(cluster) is not None:
                 return
             await asyncio.sleep(0.1)
+
+    async def _answer_from_node(
+        self, outcome: InvocationOutcome, cluster: str, sent: float, spec: FunctionSpec, error: dict[str, Any]
+    ) -> None:
+        """The answer did not come (lost with a connection, or the node fell silent): take the
+        node's finished result if it has one, else fail ``outcome`` with ``error``."""
+        assert outcome.node is not None
+        finished = await self._ask_node(cluster, outcome.node, outcome.invocation_id)
+        if finished is None:
+            outcome.error = error
+            return
+        self.counters["answers_recovered"] += 1
+        self._apply_result(outcome, finished, sent, spec, outcome.node)
 
     async def _ask_node(self, cluster: str, node: str, invocation_id: str) -> bytes | None:
         """The encoded result of ``invocation_id`` if ``node`` finished it (None: it did not, it
