@@ -29,6 +29,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
+from edgeplane_contract.aio import stop_task, wait_set
 from edgeplane_contract.messages import (
     BidRequestV1,
     BidV1,
@@ -246,10 +247,7 @@ class Agent:
 
     async def _shutdown(self) -> None:
         for task in [*self._tasks, self._register_task, self._resume_task]:
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await stop_task(task)
         await self.runner.stop_all()
         self.runner.cpu_limiter.close()
         await self.functions.close()
@@ -267,9 +265,7 @@ class Agent:
         """Resume what the hub confirms; without its word in time, all of it if the hub was heard
         within the autonomy window, else nothing (the hub has likely moved it: it would run twice)."""
         ids = {s.placement_id for s in undecided}
-        try:
-            await asyncio.wait_for(self._confirmed.wait(), timeout=self.config.resume_confirm_s)
-        except TimeoutError:
+        if not await wait_set(self._confirmed, self.config.resume_confirm_s):
             heard = self._last_hub_contact()
             silent = time.time() - heard if heard is not None else None
             if silent is not None and silent <= self.config.autonomy_window_s:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeplane_contract.aio import wait_set
 from edgeplane_contract.messages import MessageError, PlacementState, RunSpec, parse
 
 from edge_agent.cgroups import CpuLimiter, NoCpuLimit
@@ -385,8 +386,7 @@ class ProcessRunner:
             if deadline is not None and deadline - time.monotonic() <= delay:
                 delay = max(0.0, deadline - time.monotonic())
                 timed_out = True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(entry.wake.wait(), timeout=delay)
+            await wait_set(entry.wake, delay)
             if self._ended_early(entry, timed_out):
                 break
             choice = self._advise(entry)

@@ -10,13 +10,13 @@ then drops its connection and refuses it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
 
+from edgeplane_contract.aio import stop_task
 from edgeplane_contract.messages import valid_token
 
 from controlplane.api.auth import IDENTITIES
@@ -52,9 +52,7 @@ def setup(app: web.Application, authority: NatsAuthority | None) -> None:
             authority.keep_in_sync(identities.node_credentials, every_s=SYNC_EVERY_S), name="nats-authz"
         )
         yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop_task(task)
 
     app.cleanup_ctx.append(sync)
 

@@ -12,6 +12,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from edgeplane_contract.aio import wait_set
+
 __all__ = ["CONFIG_EXIT", "LocalAgent", "supervise"]
 
 CONFIG_EXIT = 2  # edge-agent's exit code for a configuration error: restarting cannot help
@@ -62,9 +64,7 @@ async def supervise(agents: list[LocalAgent], stop: asyncio.Event, *, poll_s: fl
     three times in a row, or at once with a configuration error, cannot start: ``up`` stops.
     """
     while not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=poll_s)
-        if stop.is_set():
+        if await wait_set(stop, poll_s):
             break
         now = time.monotonic()
         for agent in agents:

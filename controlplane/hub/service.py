@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from edgeplane_contract.aio import stop_task, wait_set
 from edgeplane_contract.credentials import NatsTls
 from edgeplane_contract.messages import (
     CommandAckV1,
@@ -142,15 +143,10 @@ class Hub:
         log.info("hub %s started", self.settings.hub_id)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
         for task in list(self._background):
-            task.cancel()
+            await stop_task(task)
         await self.functions.stop()
         await self.bus.close()
         async with self._lock:
@@ -237,10 +233,7 @@ class Hub:
                 raise
             except Exception:
                 log.exception("reconcile failed; retrying")
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.settings.reconcile_interval_s)
-            except TimeoutError:
-                pass
+            await wait_set(self._wake, self.settings.reconcile_interval_s)
             self._wake.clear()
 
     # --- agent messages -------------------------------------------------------------------

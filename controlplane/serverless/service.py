@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -31,6 +30,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from edgeplane_contract.aio import stop_task
 from edgeplane_contract.messages import (
     FunctionCode,
     FunctionInstance,
@@ -204,10 +204,7 @@ class FunctionService:
         for timer in self._timers.values():
             timer.cancel()
         for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await stop_task(task)
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)

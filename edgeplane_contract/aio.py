@@ -1,0 +1,53 @@
+"""Two asyncio helpers that stop loops for sure, on the hub and the agent alike.
+
+Python 3.11's ``asyncio.wait_for`` runs its awaitable in an inner task; a cancellation that arrives
+just as that inner wait completes is swallowed (CPython gh-86296, fixed in 3.12), and a periodic
+loop that sleeps with ``wait_for(event.wait(), timeout)`` then never ends: a hub whose stop awaited
+its reconcile loop hung for good under load. ``wait_set`` waits in the caller's own task
+(``asyncio.timeout``), so a cancel always lands; ``stop_task`` cancels again if one was swallowed
+anyway, and gives up (logged) after a bound instead of hanging its caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+log = logging.getLogger("edgeplane.aio")
+
+# A task that ignored a cancellation is cancelled again this often (leaves time for cleanup).
+_RECANCEL_S = 1.0
+
+
+async def wait_set(event: asyncio.Event, within_s: float) -> bool:
+    """Wait until ``event`` is set, at most ``within_s``; True when it is set."""
+    if event.is_set():
+        return True
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(0.0, within_s)):
+            await event.wait()
+    return event.is_set()
+
+
+async def stop_task(task: asyncio.Task[Any] | None, *, within_s: float = 10.0) -> bool:
+    """Cancel ``task`` and wait until it has ended; True when it did within ``within_s``.
+
+    A task that swallowed the cancellation is cancelled again; its exception, if any, is
+    retrieved (and dropped: a stopping caller has nothing left to do with it)."""
+    if task is None:
+        return True
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while not task.done():
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            log.warning("task %s did not stop within %.0fs of its cancellation", task.get_name(), within_s)
+            return False
+        task.cancel()
+        await asyncio.wait({task}, timeout=min(_RECANCEL_S, remaining))
+    if not task.cancelled():
+        with contextlib.suppress(BaseException):
+            task.exception()
+    return True
