@@ -39,6 +39,14 @@ from edgeplane_contract.transport import PAYLOAD_MARGIN
 from controlplane.bus.hub_bus import HubBus, MessageTooLargeError
 from controlplane.errors import NotFoundError, ValidationError
 from controlplane.federation.config import FederationConfig
+from controlplane.hub.leases import hold_for, hold_over, partitions, scan_leases
+from controlplane.hub.lifecycle import (
+    ReportEffect,
+    late_success_blocked_by,
+    missing_replicas,
+    report_effect,
+    workload_verdict,
+)
 from controlplane.hub.nodes import NodeLive
 from controlplane.hub.placement import FitPlacer, PlacementNode, Placer, ReplicaChoice
 from controlplane.hub.registration import RegistrationLimits, registration_problem
@@ -51,8 +59,6 @@ from controlplane.store.store import ACTIVE_PLACEMENT, TERMINAL_PLACEMENT, Store
 __all__ = ["Hub", "HubSettings"]
 
 log = logging.getLogger("edgeplane.hub")
-
-MAX_ATTEMPTS = 5
 
 
 def new_id() -> str:
@@ -399,15 +405,16 @@ class Hub:
         self.wake()
 
     async def _apply_state(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
-        """Move a placement forward by an agent's report; never backwards (replays are no-ops)."""
-        if placement.status == "Lost" and state.state == "Succeeded":
+        """Move a placement forward by an agent's report (``lifecycle.report_effect``)."""
+        effect = report_effect(placement.status, state.state)
+        if effect is ReportEffect.LATE_SUCCESS:
             await self._late_success(s, placement, state)
             return
-        if placement.status in TERMINAL_PLACEMENT:
+        if effect is ReportEffect.IGNORE:
             return
         now = time.time()
-        if state.state == "Running":
-            if placement.status == "Scheduled":
+        if effect in (ReportEffect.START, ReportEffect.RESTARTS):
+            if effect is ReportEffect.START:
                 placement.status = "Running"
                 placement.acked = True
                 placement.started_at = state.started_at or now
@@ -419,7 +426,7 @@ class Hub:
             # A Running report after the agent restarted the process locally is normal: it only
             # moves the restart count (and the message) forward; the placement stays Running.
             self._note_restarts(s, placement, state, now)
-        elif state.state in ("Succeeded", "Failed", "Cancelled"):
+        else:  # ReportEffect.END
             self._note_restarts(s, placement, state, now)
             placement.exit_code = state.exit_code
             placement.started_at = placement.started_at or state.started_at
@@ -430,11 +437,7 @@ class Hub:
         not dead). It wins unless a later attempt of the replica may have started: then the replica
         is done, and the re-placement is cancelled before it runs."""
         others = await queries.other_attempts(s, placement)
-        started = [
-            p
-            for p in others
-            if p.attempt > placement.attempt and (p.acked or p.status in ("Running", "Succeeded", "Failed"))
-        ]
+        started = late_success_blocked_by(placement, others)
         if started:
             log.info(
                 "late success of %s on %s ignored: replica %d already ran again on %s",
@@ -544,42 +547,12 @@ class Hub:
         if workload is None:
             return
         placements = await queries.placements_of(s, workload_id, ordered=True)
-        latest: dict[int, PlacementRow] = {}
-        succeeded: set[int] = set()  # a replica that succeeded once is done (a late success wins)
-        for placement in placements:
-            latest[placement.replica] = placement
-            if placement.status == "Succeeded":
-                succeeded.add(placement.replica)
-        states = [
-            "Succeeded" if r in succeeded else latest[r].status if r in latest else None
-            for r in range(workload.replicas)
-        ]
-        active = [p for p in placements if p.status in ACTIVE_PLACEMENT]
-        failed_attempts = {r: sum(1 for p in placements if p.replica == r) for r in range(workload.replicas)}
-
-        if workload.cancel_requested:
-            status = "Cancelling" if active else "Cancelled"
-        elif "Failed" in states:
-            status = "Failed" if not active else "Running"
-            if active:
-                self._request_stops(active, "a sibling replica failed")
-        elif any(n >= MAX_ATTEMPTS and states[r] == "Lost" for r, n in failed_attempts.items()):
-            status = "Failed"
-            workload.message = f"gave up after {MAX_ATTEMPTS} attempts"
-        elif all(state == "Succeeded" for state in states):
-            status = "Succeeded"
-        elif "Running" in states:
-            status = "Running"
-        elif any(state in (None, "Lost", "Cancelled") for state in states):
-            status = "Pending"
-        else:
-            status = "Scheduled"
-
-        if status == "Failed" and "Failed" in states:
-            failed = next(p for p in placements if p.status == "Failed")
-            workload.message = (
-                f"replica {failed.replica} failed: {failed.message or 'exit code ' + str(failed.exit_code)}"
-            )
+        verdict = workload_verdict(workload.replicas, workload.cancel_requested, placements)
+        if verdict.stop_active is not None:
+            self._request_stops([p for p in placements if p.status in ACTIVE_PLACEMENT], verdict.stop_active)
+        if verdict.message is not None:
+            workload.message = verdict.message
+        status = verdict.status
         if status != workload.status:
             now = time.time()
             Store.add_event(
@@ -694,110 +667,64 @@ class Hub:
                 Store.add_event(s, f"Cluster{status}", "cluster", cluster.name)
 
     async def _expire_leases(self) -> None:
-        """NotReady for nodes silent longer than their lease, and their placements Lost.
-
-        Silence only counts while the hub can hear: not while its own NATS connection for the
-        node's cluster is down ("I can't hear anyone" is not "the node is gone"), and after a
-        reconnect every node gets a full lease again to re-register and heartbeat. When a large
-        share of a cluster goes silent at once (a partition), the nodes go NotReady but their
-        placements are held until the cluster's autonomy window has passed.
-        """
+        """NotReady for nodes silent longer than their lease; their placements Lost, or held for
+        a while (a partition, the eviction grace): the rules are in ``hub.leases``."""
         now = asyncio.get_running_loop().time()
-        expired: list[NodeLive] = []
-        deaf: set[str] = set()
-        for live in self.nodes.values():
-            if live.status != "Ready":
-                continue
-            hearing_since = self.bus.hearing_since(live.cluster)
-            if hearing_since is None:
-                deaf.add(live.cluster)
-                continue
-            if now - max(live.last_seen, hearing_since) > live.lease_s:
-                expired.append(live)
-        for cluster in sorted(deaf - self._deaf):
+        scan = scan_leases(self.nodes.values(), now, self.bus.hearing_since)
+        for cluster in sorted(scan.deaf - self._deaf):
             log.warning("NATS connection for cluster %s is down: node leases held until it is back", cluster)
-        for cluster in sorted(self._deaf - deaf):
+        for cluster in sorted(self._deaf - scan.deaf):
             log.info("NATS connection for cluster %s is back: every node gets a full lease", cluster)
-        self._deaf = deaf
-        partitioned = self._partitioned(expired, now)
-        released = [n for n in self.nodes.values() if n.held and self._autonomy_over(n, now)]
-        if not expired and not released:
+        self._deaf = scan.deaf
+        partitioned = self._note_partitions(scan.expired, now)
+        released = [n for n in self.nodes.values() if n.held and hold_over(n, now, self.bus.hearing_since)]
+        if not scan.expired and not released:
             return
         async with self.store.session() as s:
-            for live in expired:
+            for live in scan.expired:
                 silent = now - live.last_seen
                 await self._set_node_status(s, live, "NotReady", f"no heartbeat for {silent:.1f}s")
-                config = self.federation.cluster(live.cluster)
-                if live.cluster in partitioned and config is not None:
-                    live.held, live.hold_s = True, config.autonomy_window_s
+                in_partition = live.cluster in partitioned
+                hold_s = hold_for(self.federation.cluster(live.cluster), partitioned=in_partition)
+                if hold_s is None:
+                    await self._lose_placements(
+                        s, live, f"no heartbeat for {silent:.1f}s (lease {live.lease_s:.1f}s)"
+                    )
+                    continue
+                live.held, live.hold_s = True, hold_s
+                if in_partition:
                     log.info(
                         "node %s: no heartbeat for %.1fs: NotReady; its work is held (partition in "
                         "cluster %s) until it is heard again or the autonomy window ends",
-                        live.name,
-                        silent,
-                        live.cluster,
-                    )
-                    continue
-                if config is not None and config.eviction_grace_s > 0:
-                    # Kubernetes' not-ready toleration: a node that comes back within the grace
-                    # keeps its work (and reports what finished meanwhile) instead of it running twice.
-                    live.held, live.hold_s = True, config.eviction_grace_s
+                        live.name, silent, live.cluster,
+                    )  # fmt: skip
+                else:
                     log.info(
                         "node %s: no heartbeat for %.1fs: NotReady; its work is held for %.0fs",
-                        live.name,
-                        silent,
-                        config.eviction_grace_s,
-                    )
-                    continue
-                await self._lose_placements(
-                    s, live, f"no heartbeat for {silent:.1f}s (lease {live.lease_s:.1f}s)"
-                )
+                        live.name, silent, hold_s,
+                    )  # fmt: skip
             for live in released:
                 live.held = False
                 await self._lose_placements(
                     s, live, f"silent beyond its lease and a hold of {live.hold_s:.0f}s"
                 )
 
-    def _partitioned(self, expired: list[NodeLive], now: float) -> set[str]:
-        """The clusters where so large a share of the nodes is silent at once that it looks like a
-        partition rather than failed nodes (3 or more recently heard nodes; partition_share)."""
-        found: set[str] = set()
-        for cluster in sorted({n.cluster for n in expired}):
-            config = self.federation.cluster(cluster)
-            if config is None:
-                continue
-            window = config.autonomy_window_s
-            # Members: nodes heard within the autonomy window (long-dead ones do not count).
-            members = [
-                n
-                for n in self.nodes.values()
-                if n.cluster == cluster and (n.status == "Ready" or now - n.last_seen <= window + n.lease_s)
-            ]
-            silent = [n for n in members if n.status != "Ready" or n in expired]
-            if len(members) >= 3 and len(silent) >= config.partition_share * len(members):
-                found.add(cluster)
-                if cluster not in self._partitions:
-                    log.warning(
-                        "cluster %s: %d of %d nodes silent at once: a partition; their work is held "
-                        "for up to %.0fs (autonomy window) instead of being placed again",
-                        cluster,
-                        len(silent),
-                        len(members),
-                        window,
-                    )
+    def _note_partitions(self, expired: list[NodeLive], now: float) -> set[str]:
+        """The clusters in a partition now (``leases.partitions``), each announced once."""
+        found = partitions(expired, self.nodes.values(), now, self.federation.cluster)
+        for finding in found:
+            if finding.cluster not in self._partitions:
+                log.warning(
+                    "cluster %s: %d of %d nodes silent at once: a partition; their work is held "
+                    "for up to %.0fs (autonomy window) instead of being placed again",
+                    finding.cluster, finding.silent, finding.members, finding.window_s,
+                )  # fmt: skip
         # A partition lasts while nodes it held are still held (nodes held by the eviction grace
         # alone do not make one: a real partition there is still announced).
+        clusters = {f.cluster for f in found}
         held = {n.cluster for n in self.nodes.values() if n.held}
-        self._partitions = found | (self._partitions & held)
-        return found
-
-    def _autonomy_over(self, live: NodeLive, now: float) -> bool:
-        """True when a held node has been silent beyond its lease and its hold (the autonomy
-        window in a partition, else the cluster's eviction grace)."""
-        hearing_since = self.bus.hearing_since(live.cluster)
-        if hearing_since is None:
-            return False  # not while the hub itself cannot hear
-        return now - max(live.last_seen, hearing_since) > live.lease_s + live.hold_s
+        self._partitions = clusters | (self._partitions & held)
+        return clusters
 
     async def _lose_placements(self, s: AsyncSession, live: NodeLive, why: str) -> None:
         placements = await queries.active_placements(s, node=live.name)
@@ -811,16 +738,8 @@ class Hub:
             pending = await queries.pending_workloads(s, limit=200)
             for workload in pending:
                 placements = await queries.placements_of(s, workload.id)
-                latest: dict[int, PlacementRow] = {}
-                for placement in sorted(placements, key=lambda p: p.attempt):
-                    latest[placement.replica] = placement
-                done = {p.replica for p in placements if p.status == "Succeeded"}
-                missing = [
-                    r
-                    for r in range(workload.replicas)
-                    if r not in done
-                    and (r not in latest or latest[r].status not in ("Scheduled", "Running", "Succeeded"))
-                ]
+                latest = {p.replica: p for p in sorted(placements, key=lambda p: p.attempt)}
+                missing = missing_replicas(workload.replicas, placements)
                 if not missing:
                     await self._refresh_workload(s, workload.id)
                     continue

@@ -1,0 +1,99 @@
+"""Node leases as pure rules: who is silent, whether it looks like a partition, how long work is held.
+
+"The node is gone" and "I can't hear anyone" differ: silence only counts while the hub's own NATS
+connection for the node's cluster is up, and from when it came back. When a large share of a
+cluster goes silent at once it is a partition (Kubernetes' zone-disruption rule): the nodes go
+NotReady but their work is held for the cluster's autonomy window; a single silent node's work is
+held for the cluster's eviction grace. The hub applies these rules (``hub.service``);
+``tests/unit/spine/test_lease_rules.py`` tables them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from controlplane.federation.config import ClusterConfig
+from controlplane.hub.nodes import NodeLive
+
+__all__ = ["LeaseScan", "PartitionFinding", "hold_for", "hold_over", "partitions", "scan_leases"]
+
+# When the hub began hearing a cluster's bus (None: its connection is down now).
+HearingSince = Callable[[str], float | None]
+
+
+@dataclass(slots=True)
+class LeaseScan:
+    """Ready nodes silent beyond their lease, and the clusters the hub cannot hear right now."""
+
+    expired: list[NodeLive] = field(default_factory=list)
+    deaf: set[str] = field(default_factory=set)
+
+
+def scan_leases(nodes: Iterable[NodeLive], now: float, hearing_since: HearingSince) -> LeaseScan:
+    """Silence counts from the later of the node's last word and the hub's reconnect."""
+    scan = LeaseScan()
+    for live in nodes:
+        if live.status != "Ready":
+            continue
+        since = hearing_since(live.cluster)
+        if since is None:
+            scan.deaf.add(live.cluster)
+        elif now - max(live.last_seen, since) > live.lease_s:
+            scan.expired.append(live)
+    return scan
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFinding:
+    cluster: str
+    silent: int
+    members: int
+    window_s: float
+
+
+def partitions(
+    expired: list[NodeLive],
+    nodes: Iterable[NodeLive],
+    now: float,
+    cluster_config: Callable[[str], ClusterConfig | None],
+) -> list[PartitionFinding]:
+    """The clusters where so large a share of the nodes is silent at once that it looks like a
+    partition rather than failed nodes: 3 or more members (nodes heard within the autonomy window;
+    long-dead ones do not count) and at least ``partition_share`` of them silent."""
+    everyone = list(nodes)
+    found = []
+    for cluster in sorted({n.cluster for n in expired}):
+        config = cluster_config(cluster)
+        if config is None:
+            continue
+        window = config.autonomy_window_s
+        members = [
+            n
+            for n in everyone
+            if n.cluster == cluster and (n.status == "Ready" or now - n.last_seen <= window + n.lease_s)
+        ]
+        silent = [n for n in members if n.status != "Ready" or n in expired]
+        if len(members) >= 3 and len(silent) >= config.partition_share * len(members):
+            found.append(PartitionFinding(cluster, len(silent), len(members), window))
+    return found
+
+
+def hold_for(config: ClusterConfig | None, *, partitioned: bool) -> float | None:
+    """How long beyond its lease a silent node's work is held before it is placed again: the
+    autonomy window in a partition, else the eviction grace (Kubernetes' not-ready toleration: a
+    node back within it keeps its work and reports what finished); None: placed again at once."""
+    if config is None:
+        return None
+    if partitioned:
+        return config.autonomy_window_s
+    return config.eviction_grace_s if config.eviction_grace_s > 0 else None
+
+
+def hold_over(live: NodeLive, now: float, hearing_since: HearingSince) -> bool:
+    """True when a held node has been silent beyond its lease and its hold; never while the hub
+    itself cannot hear its cluster."""
+    since = hearing_since(live.cluster)
+    if since is None:
+        return False
+    return now - max(live.last_seen, since) > live.lease_s + live.hold_s
