@@ -11,7 +11,7 @@ import logging
 import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -53,9 +53,12 @@ class MessageTooLargeError(Exception):
         self.max_payload = max_payload
 
 
-RegisterHandler = Callable[[str, RegisterV1], Awaitable[RegisterAckV1]]
-HeartbeatHandler = Callable[[str, HeartbeatV1], Awaitable[None]]
-ReportHandler = Callable[[str, StatusReportV1], Awaitable[None]]
+class AgentHandlers(Protocol):
+    """What the bus hands an agent's well-formed messages to (the hub)."""
+
+    async def handle_register(self, node_name: str, msg: RegisterV1) -> RegisterAckV1: ...
+    async def handle_heartbeat(self, node_name: str, msg: HeartbeatV1) -> None: ...
+    async def handle_report(self, node_name: str, msg: StatusReportV1) -> None: ...
 
 
 class HubBus:
@@ -67,9 +70,6 @@ class HubBus:
         default_url: str,
         federation: FederationConfig,
         hub_id: str,
-        on_register: RegisterHandler,
-        on_heartbeat: HeartbeatHandler,
-        on_report: ReportHandler,
         command_timeout_s: float = 2.0,
         seed: str | None = None,
         tls: ssl.SSLContext | None = None,
@@ -78,9 +78,7 @@ class HubBus:
         self.default_url = default_url
         self.federation = federation
         self.hub_id = hub_id
-        self._on_register = on_register
-        self._on_heartbeat = on_heartbeat
-        self._on_report = on_report
+        self._handlers: AgentHandlers | None = None
         self.command_timeout_s = command_timeout_s
         self._conns: dict[str, NATS] = {}
         self._seed = seed
@@ -93,6 +91,11 @@ class HubBus:
         # Per connection: since when it has been up without a break (None: down now).
         self._up_since: dict[str, float | None] = {}
         self.started_at = 0.0
+
+    def _agent_handlers(self) -> AgentHandlers:
+        if self._handlers is None:  # subscriptions are only made in start(), which sets them
+            raise RuntimeError("the hub bus delivers agent messages only after start()")
+        return self._handlers
 
     def _url_for(self, cluster: str) -> str:
         cfg = self.federation.cluster(cluster)
@@ -112,7 +115,9 @@ class HubBus:
         sizes = [nc.max_payload for nc in self._conns.values() if nc.max_payload > 0]
         return min(sizes, default=DEFAULT_MAX_PAYLOAD)
 
-    async def start(self, *, connect_within_s: float = 30.0) -> None:
+    async def start(self, handlers: AgentHandlers, *, connect_within_s: float = 30.0) -> None:
+        """Connect to every cluster's server and hand agents' messages to ``handlers``."""
+        self._handlers = handlers
         loop = asyncio.get_running_loop()
         self.started_at = loop.time()
         registered: set[tuple[str, str]] = set()
@@ -277,7 +282,7 @@ class HubBus:
             await self._respond(msg, RegisterAckV1(accepted=False, reason=reason, hub_id=self.hub_id))
             return
         try:
-            ack = await self._on_register(node, register)
+            ack = await self._agent_handlers().handle_register(node, register)
         except Exception as exc:
             log.exception("register of %s failed", node)
             ack = RegisterAckV1(accepted=False, reason=f"hub error: {exc}", hub_id=self.hub_id)
@@ -291,7 +296,7 @@ class HubBus:
             self._count_malformed("heartbeat", node, exc)
             return
         try:
-            await self._on_heartbeat(node, heartbeat)
+            await self._agent_handlers().handle_heartbeat(node, heartbeat)
         except Exception:
             log.exception("heartbeat of %s failed", node)
 
@@ -305,7 +310,7 @@ class HubBus:
             self._count_malformed("report", node, exc)
             return
         try:
-            await self._on_report(node, report)
+            await self._agent_handlers().handle_report(node, report)
         except Exception:
             # No ack: the agent keeps the report in its outbox and sends it again.
             log.exception("report %s of %s failed", report.report_id, node)

@@ -1,4 +1,6 @@
-"""Run a hub with its HTTP API until asked to stop (shared by ``serve`` and ``up``)."""
+"""The composition root: what starts the store, the hub's parts, the hub and its HTTP API, and
+stops them (shared by ``serve``, ``up`` and the tests). The parts are chosen here and nowhere
+else: the bus, the placer (a scheduling profile), the function service."""
 
 from __future__ import annotations
 
@@ -14,13 +16,47 @@ from edgeplane_contract.urls import mask_url
 from controlplane.api.app import create_app
 from controlplane.api.auth import AuthSettings
 from controlplane.bus.authority import NatsAuthority
+from controlplane.bus.hub_bus import HubBus
 from controlplane.errors import StartupError
+from controlplane.federation.config import FederationConfig
+from controlplane.hub.placement import FitPlacer, Placer
 from controlplane.hub.service import Hub, HubSettings
+from controlplane.serverless.service import FunctionService, ServerlessSettings
 from controlplane.store.store import Store
 
-__all__ = ["RunningHub", "start_hub"]
+__all__ = ["RunningHub", "build_hub", "make_placer", "start_hub"]
 
 log = logging.getLogger("edgeplane.hub")
+
+
+def make_placer(name: str, federation: FederationConfig) -> Placer:
+    """``fit`` is the first placer; any other name is a scheduling-framework profile."""
+    if name == "fit":
+        return FitPlacer()
+    from controlplane.hub.framework_placer import FrameworkPlacer
+
+    return FrameworkPlacer(name, federation)
+
+
+def build_hub(settings: HubSettings, store: Store) -> Hub:
+    """A hub wired with its parts, not started."""
+    bus = HubBus(
+        default_url=settings.nats_url,
+        federation=settings.federation,
+        hub_id=settings.hub_id,
+        command_timeout_s=settings.command_timeout_s,
+        seed=settings.nats_seed,
+        tls=settings.nats_tls.context() if settings.nats_tls else None,
+        check_reply_inbox=settings.require_enrolment,
+    )
+    serverless = ServerlessSettings(policy=settings.function_policy)
+    return Hub(
+        settings,
+        store,
+        bus=bus,
+        placer=make_placer(settings.scheduler, settings.federation),
+        functions=lambda host: FunctionService(host, serverless),
+    )
 
 
 class RunningHub:
@@ -43,7 +79,7 @@ async def start_hub(
     database_url: str,
     host: str = "127.0.0.1",
     port: int = 8080,
-    hub_factory: Callable[[HubSettings, Store], Hub] = Hub,
+    hub_factory: Callable[[HubSettings, Store], Hub] = build_hub,
     auth: AuthSettings | None = None,
     ssl_context: ssl.SSLContext | None = None,
     nats_authority: NatsAuthority | None = None,

@@ -16,8 +16,9 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -48,13 +49,16 @@ from controlplane.hub.lifecycle import (
     workload_verdict,
 )
 from controlplane.hub.nodes import NodeLive
-from controlplane.hub.placement import FitPlacer, PlacementNode, Placer, ReplicaChoice
+from controlplane.hub.placement import PlacementNode, Placer, ReplicaChoice
 from controlplane.hub.registration import RegistrationLimits, registration_problem
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.store import queries
 from controlplane.store.identities import IdentityStore
 from controlplane.store.models import ClusterRow, NodeRow, PlacementRow, WorkloadRow
 from controlplane.store.store import ACTIVE_PLACEMENT, TERMINAL_PLACEMENT, Store
+
+if TYPE_CHECKING:  # the composition root builds it; the hub only calls it
+    from controlplane.serverless.service import FunctionService
 
 __all__ = ["Hub", "HubSettings"]
 
@@ -104,24 +108,23 @@ class _Seen:
 class Hub:
     """The central control plane's core. Start with :meth:`start`, stop with :meth:`stop`."""
 
-    def __init__(self, settings: HubSettings, store: Store, placer: Placer | None = None) -> None:
+    def __init__(
+        self,
+        settings: HubSettings,
+        store: Store,
+        *,
+        bus: HubBus,
+        placer: Placer,
+        functions: Callable[[Hub], FunctionService],
+    ) -> None:
+        """The parts come from the composition root (``hub.runner.build_hub``); ``functions``
+        builds the function service, which takes this hub as its ``FunctionHost``."""
         self.settings = settings
         self.store = store
         self.federation = settings.federation
-        self.placer: Placer = placer or make_placer(settings.scheduler, settings.federation)
+        self.placer = placer
         self.nodes: dict[str, NodeLive] = {}
-        self.bus = HubBus(
-            default_url=settings.nats_url,
-            federation=settings.federation,
-            hub_id=settings.hub_id,
-            on_register=self.handle_register,
-            on_heartbeat=self.handle_heartbeat,
-            on_report=self.handle_report,
-            command_timeout_s=settings.command_timeout_s,
-            seed=settings.nats_seed,
-            tls=settings.nats_tls.context() if settings.nats_tls else None,
-            check_reply_inbox=settings.require_enrolment,
-        )
+        self.bus = bus
         self.identities = IdentityStore(store)
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -134,16 +137,14 @@ class Hub:
         self._deaf: set[str] = set()  # clusters whose NATS connection is down (leases held)
         self._partitions: set[str] = set()  # clusters in a partition (their silent nodes' work held)
         self.started = False
-        from controlplane.serverless.service import FunctionService, ServerlessSettings
-
-        self.functions = FunctionService(self, ServerlessSettings(policy=settings.function_policy))
+        self.functions = functions(self)
 
     # --- start / stop ---------------------------------------------------------------------
 
     async def start(self) -> None:
         await self._load_state()
         await self.functions.start()
-        await self.bus.start(connect_within_s=self.settings.nats_connect_within_s)
+        await self.bus.start(self, connect_within_s=self.settings.nats_connect_within_s)
         self._task = asyncio.create_task(self._run(), name="hub-reconcile")
         self.started = True
         log.info("hub %s started", self.settings.hub_id)
@@ -945,15 +946,6 @@ def _storable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def make_placer(name: str, federation: FederationConfig) -> Placer:
-    """``fit`` is the first placer; any other name is a scheduling-framework profile."""
-    if name == "fit":
-        return FitPlacer()
-    from controlplane.hub.framework_placer import FrameworkPlacer
-
-    return FrameworkPlacer(name, federation)
 
 
 def _gpu_dict(gpu: Any) -> dict[str, Any]:
