@@ -26,7 +26,6 @@ from edgeplane_contract.aio import stop_task, wait_set
 from edgeplane_contract.credentials import NatsTls
 from edgeplane_contract.messages import (
     CommandAckV1,
-    CommandV1,
     HeartbeatV1,
     PlacementState,
     RegisterAckV1,
@@ -37,9 +36,10 @@ from edgeplane_contract.messages import (
 )
 from edgeplane_contract.transport import PAYLOAD_MARGIN
 
-from controlplane.bus.hub_bus import HubBus, MessageTooLargeError
+from controlplane.bus.hub_bus import HubBus
 from controlplane.errors import NotFoundError, ValidationError
 from controlplane.federation.config import FederationConfig
+from controlplane.hub.dispatch import AckEffect, Dispatcher, Sent, ack_effect
 from controlplane.hub.leases import hold_for, hold_over, partitions, scan_leases
 from controlplane.hub.lifecycle import (
     ReportEffect,
@@ -125,14 +125,13 @@ class Hub:
         self.placer = placer
         self.nodes: dict[str, NodeLive] = {}
         self.bus = bus
+        self.dispatch = Dispatcher(bus, self.nodes, resend_after_s=settings.command_timeout_s)
         self.identities = IdentityStore(store)
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._seen_reports = _Seen()
-        self._last_sent: dict[str, float] = {}
         self._active: dict[str, tuple[str, int, str]] = {}  # placement id -> (workload, replica, node)
-        self._background: set[asyncio.Task[Any]] = set()
         self._last_hello = 0.0
         self._deaf: set[str] = set()  # clusters whose NATS connection is down (leases held)
         self._partitions: set[str] = set()  # clusters in a partition (their silent nodes' work held)
@@ -152,7 +151,7 @@ class Hub:
     async def stop(self) -> None:
         await stop_task(self._task)
         self._task = None
-        for task in list(self._background):
+        for task in self.dispatch.background():
             await stop_task(task)
         await self.functions.stop()
         await self.bus.close()
@@ -354,7 +353,7 @@ class Hub:
                 await self._end_placement(s, placement, "Lost", "agent no longer has this placement")
         for state in by_id.values():
             if state.state == "Running":
-                self._stop_orphan(node, state.placement_id, state.workload_id)
+                self.dispatch.stop_orphan(node, state.placement_id, state.workload_id)
 
     async def handle_heartbeat(self, node_name: str, msg: HeartbeatV1) -> None:
         live = self.nodes.get(node_name)
@@ -385,7 +384,7 @@ class Hub:
         for placement_id in msg.running:
             owner = self._active.get(placement_id)
             if owner is None or owner[2] != node_name:
-                self._stop_orphan(node_name, placement_id, owner[0] if owner else "")
+                self.dispatch.stop_orphan(node_name, placement_id, owner[0] if owner else "")
 
     async def handle_report(self, node_name: str, msg: StatusReportV1) -> None:
         if msg.report_id in self._seen_reports:
@@ -524,23 +523,6 @@ class Hub:
         )
         await self._refresh_workload(s, placement.workload_id)
 
-    def _stop_orphan(self, node: str, placement_id: str, workload_id: str) -> None:
-        """Stop a process the hub does not (or no longer) want, e.g. one re-placed after a lease expiry."""
-        key = f"orphan:{placement_id}"
-        loop_time = asyncio.get_running_loop().time()
-        if loop_time - self._last_sent.get(key, -1e9) < self.settings.command_timeout_s * 2:
-            return
-        self._last_sent[key] = loop_time
-        live = self.nodes.get(node)
-        if live is None:
-            return
-        command = CommandV1(
-            command_id=new_id(), kind="stop", placement_id=placement_id, workload_id=workload_id
-        )
-        task = asyncio.create_task(self.bus.send_command(live.cluster, node, command))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
     # --- workload status ------------------------------------------------------------------
 
     async def _refresh_workload(self, s: AsyncSession, workload_id: str) -> None:
@@ -639,9 +621,10 @@ class Hub:
             await self._expire_leases()
             await self._place_pending()
             await self._flush_nodes()
-            run_cmds, stop_cmds = await self._due_commands()
-        if run_cmds or stop_cmds:
-            await self._send_commands(run_cmds, stop_cmds)
+            async with self.store.session() as s:
+                due = await self.dispatch.due(s)
+        if due:
+            await self._apply_answers(await self.dispatch.send(due))
 
     async def _set_node_status(self, s: AsyncSession, live: NodeLive, status: str, why: str) -> None:
         live.status = status
@@ -851,91 +834,28 @@ class Hub:
                 row.updated_at = time.time()
                 live.dirty = False
 
-    async def _due_commands(
-        self,
-    ) -> tuple[list[tuple[PlacementRow, CommandV1]], list[tuple[PlacementRow, CommandV1]]]:
-        """Commands not yet acknowledged whose last send is older than the ack timeout."""
-        loop_time = asyncio.get_running_loop().time()
-        resend_after = self.settings.command_timeout_s
-        runs: list[tuple[PlacementRow, CommandV1]] = []
-        stops: list[tuple[PlacementRow, CommandV1]] = []
-        async with self.store.session() as s:
-            for placement in await queries.active_placements(s):
-                live = self.nodes.get(placement.node)
-                if live is None or live.status != "Ready":
-                    continue
-                if placement.stop_command_id and not placement.stop_acked:
-                    cid = placement.stop_command_id
-                    if loop_time - self._last_sent.get(cid, -1e9) >= resend_after:
-                        stops.append(
-                            (
-                                placement,
-                                CommandV1(
-                                    command_id=cid,
-                                    kind="stop",
-                                    placement_id=placement.id,
-                                    workload_id=placement.workload_id,
-                                ),
-                            )
-                        )
-                elif not placement.acked and not placement.stop_command_id:
-                    cid = placement.command_id
-                    if loop_time - self._last_sent.get(cid, -1e9) >= resend_after:
-                        workload = await s.get(WorkloadRow, placement.workload_id)
-                        if workload is None:
-                            continue
-                        spec = WorkloadSpec.from_stored(workload.spec)
-                        runs.append(
-                            (
-                                placement,
-                                CommandV1(
-                                    command_id=cid,
-                                    kind="run",
-                                    placement_id=placement.id,
-                                    workload_id=placement.workload_id,
-                                    spec=spec.run_spec(
-                                        gpu_indices=[
-                                            int(i) for i in placement.assignment.get("gpu_indices", [])
-                                        ]
-                                    ),
-                                ),
-                            )
-                        )
-        for _, command in runs + stops:
-            self._last_sent[command.command_id] = loop_time
-        return runs, stops
-
-    async def _send_commands(
-        self, runs: list[tuple[PlacementRow, CommandV1]], stops: list[tuple[PlacementRow, CommandV1]]
-    ) -> None:
-        pairs = runs + stops
-        acks = await asyncio.gather(
-            *(self.bus.send_command(p.cluster, p.node, cmd) for p, cmd in pairs), return_exceptions=True
-        )
+    async def _apply_answers(self, sent: list[Sent]) -> None:
+        """What the agents' answers to commands mean for their placements (``dispatch.ack_effect``)."""
         async with self._lock, self.store.session() as s:
-            for (stale, command), ack in zip(pairs, acks, strict=True):
-                if isinstance(ack, MessageTooLargeError) and command.kind == "run":
-                    # Resending cannot help: fail the replica with the reason instead of leaving it
-                    # Scheduled forever (specs accepted by an older hub, or a server with a lower limit).
-                    self._last_sent.pop(command.command_id, None)
-                    placement = await s.get(PlacementRow, stale.id)
-                    if placement is not None and placement.status not in TERMINAL_PLACEMENT:
-                        await self._end_placement(s, placement, "Failed", f"run command not sent: {ack}")
+            for item in sent:
+                effect = ack_effect(item.command, item.answer)
+                if effect is AckEffect.NONE:
                     continue
-                if not isinstance(ack, CommandAckV1) or ack.command_id != command.command_id:
-                    continue
-                self._last_sent.pop(command.command_id, None)
-                placement = await s.get(PlacementRow, stale.id)
+                placement = await s.get(PlacementRow, item.placement_id)
                 if placement is None or placement.status in TERMINAL_PLACEMENT:
                     continue
-                if command.kind == "run":
-                    if ack.accepted:
-                        placement.acked = True
-                    else:
-                        await self._end_placement(s, placement, "Lost", f"agent refused: {ack.reason}")
-                elif ack.accepted and ack.reason == "unknown placement":
+                if effect is AckEffect.TOO_LARGE:
+                    # Resending cannot help: fail the replica with the reason instead of leaving it
+                    # Scheduled forever (specs accepted by an older hub, or a server with a lower limit).
+                    await self._end_placement(s, placement, "Failed", f"run command not sent: {item.answer}")
+                elif effect is AckEffect.RUN_ACKED:
+                    placement.acked = True
+                elif effect is AckEffect.RUN_REFUSED:
+                    reason = item.answer.reason if isinstance(item.answer, CommandAckV1) else ""
+                    await self._end_placement(s, placement, "Lost", f"agent refused: {reason}")
+                elif effect is AckEffect.NEVER_RAN:
                     await self._end_placement(s, placement, "Cancelled", placement.message or "cancelled")
-                elif ack.accepted:
+                elif effect is AckEffect.STOP_ACKED:
                     placement.stop_acked = True
 
 

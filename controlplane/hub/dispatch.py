@@ -1,0 +1,146 @@
+"""Command dispatch: which run and stop commands are due, sending them, and what an answer means.
+
+A command is sent until its agent acknowledges it, at most once per ack timeout; agents dedupe by
+command id, so a resend is harmless. ``ack_effect`` is the pure rule for an answer; the hub applies
+it to the placement (``hub.service``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from edgeplane_contract.messages import CommandAckV1, CommandV1
+
+from controlplane.bus.hub_bus import HubBus, MessageTooLargeError
+from controlplane.hub.nodes import NodeLive
+from controlplane.hub.spec import WorkloadSpec
+from controlplane.store import queries
+from controlplane.store.models import PlacementRow, WorkloadRow
+
+__all__ = ["AckEffect", "Dispatcher", "Sent", "ack_effect"]
+
+
+class AckEffect(enum.Enum):
+    NONE = "none"  # no answer (or not to this command): sent again after the ack timeout
+    RUN_ACKED = "run_acked"  # the agent runs it
+    RUN_REFUSED = "run_refused"  # the placement is Lost (placed again elsewhere)
+    TOO_LARGE = "too_large"  # can never be sent: the placement Fails with the reason
+    STOP_ACKED = "stop_acked"
+    NEVER_RAN = "never_ran"  # a stop the agent never had: the placement is Cancelled
+
+
+def ack_effect(command: CommandV1, answer: CommandAckV1 | BaseException | None) -> AckEffect:
+    """What an agent's answer to ``command`` (or the error sending it) means for its placement."""
+    if isinstance(answer, MessageTooLargeError):
+        return AckEffect.TOO_LARGE if command.kind == "run" else AckEffect.NONE
+    if not isinstance(answer, CommandAckV1) or answer.command_id != command.command_id:
+        return AckEffect.NONE
+    if command.kind == "run":
+        return AckEffect.RUN_ACKED if answer.accepted else AckEffect.RUN_REFUSED
+    if not answer.accepted:
+        return AckEffect.NONE
+    return AckEffect.NEVER_RAN if answer.reason == "unknown placement" else AckEffect.STOP_ACKED
+
+
+@dataclass(slots=True)
+class Sent:
+    placement_id: str
+    command: CommandV1
+    answer: CommandAckV1 | BaseException | None
+
+
+class Dispatcher:
+    """Sends the hub's commands to agents; remembers when each was last sent."""
+
+    def __init__(self, bus: HubBus, nodes: Mapping[str, NodeLive], *, resend_after_s: float) -> None:
+        self.bus = bus
+        self.nodes = nodes
+        self.resend_after_s = resend_after_s
+        self._last_sent: dict[str, float] = {}
+        self._background: set[asyncio.Task[object]] = set()
+
+    def _due(self, key: str, now: float, every_s: float) -> bool:
+        return now - self._last_sent.get(key, -1e9) >= every_s
+
+    async def due(self, s: AsyncSession) -> list[tuple[PlacementRow, CommandV1]]:
+        """Run commands not yet acknowledged, then stop commands, whose last send is older than
+        the ack timeout, for placements on Ready nodes; each is marked sent now."""
+        now = asyncio.get_running_loop().time()
+        runs: list[tuple[PlacementRow, CommandV1]] = []
+        stops: list[tuple[PlacementRow, CommandV1]] = []
+        for placement in await queries.active_placements(s):
+            live = self.nodes.get(placement.node)
+            if live is None or live.status != "Ready":
+                continue
+            if placement.stop_command_id and not placement.stop_acked:
+                if self._due(placement.stop_command_id, now, self.resend_after_s):
+                    stops.append((placement, _stop(placement.stop_command_id, placement)))
+            elif not placement.acked and not placement.stop_command_id:
+                if not self._due(placement.command_id, now, self.resend_after_s):
+                    continue
+                workload = await s.get(WorkloadRow, placement.workload_id)
+                if workload is None:
+                    continue
+                gpus = [int(i) for i in placement.assignment.get("gpu_indices", [])]
+                spec = WorkloadSpec.from_stored(workload.spec).run_spec(gpu_indices=gpus)
+                runs.append(
+                    (
+                        placement,
+                        CommandV1(
+                            command_id=placement.command_id,
+                            kind="run",
+                            placement_id=placement.id,
+                            workload_id=placement.workload_id,
+                            spec=spec,
+                        ),
+                    )
+                )
+        for _, command in runs + stops:
+            self._last_sent[command.command_id] = now
+        return runs + stops
+
+    async def send(self, due: list[tuple[PlacementRow, CommandV1]]) -> list[Sent]:
+        """Send all at once and wait for the answers (each bounded by the bus's ack timeout)."""
+        answers = await asyncio.gather(
+            *(self.bus.send_command(p.cluster, p.node, cmd) for p, cmd in due), return_exceptions=True
+        )
+        sent = []
+        for (placement, command), answer in zip(due, answers, strict=True):
+            answered = isinstance(answer, CommandAckV1) and answer.command_id == command.command_id
+            if answered or ack_effect(command, answer) is AckEffect.TOO_LARGE:
+                self._last_sent.pop(command.command_id, None)  # settled: never sent again
+            sent.append(Sent(placement.id, command, answer))
+        return sent
+
+    def stop_orphan(self, node: str, placement_id: str, workload_id: str) -> None:
+        """Stop a process the hub does not (or no longer) want, e.g. one re-placed after a lease
+        expiry; fire and forget, at most once per two ack timeouts."""
+        key = f"orphan:{placement_id}"
+        now = asyncio.get_running_loop().time()
+        if not self._due(key, now, self.resend_after_s * 2):
+            return
+        self._last_sent[key] = now
+        live = self.nodes.get(node)
+        if live is None:
+            return
+        command = CommandV1(
+            command_id=uuid.uuid4().hex, kind="stop", placement_id=placement_id, workload_id=workload_id
+        )
+        task = asyncio.create_task(self.bus.send_command(live.cluster, node, command))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def background(self) -> list[asyncio.Task[object]]:
+        return list(self._background)
+
+
+def _stop(command_id: str, placement: PlacementRow) -> CommandV1:
+    return CommandV1(
+        command_id=command_id, kind="stop", placement_id=placement.id, workload_id=placement.workload_id
+    )
