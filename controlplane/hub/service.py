@@ -31,14 +31,13 @@ from edgeplane_contract.messages import (
     RegisterAckV1,
     RegisterV1,
     StatusReportV1,
-    Telemetry,
-    valid_token,
 )
 from edgeplane_contract.transport import PAYLOAD_MARGIN
 
 from controlplane.bus.hub_bus import HubBus
 from controlplane.errors import NotFoundError, ValidationError
 from controlplane.federation.config import FederationConfig
+from controlplane.hub.bidding import run_bid_round
 from controlplane.hub.dispatch import AckEffect, Dispatcher, Sent, ack_effect
 from controlplane.hub.leases import hold_for, hold_over, partitions, scan_leases
 from controlplane.hub.lifecycle import (
@@ -49,12 +48,13 @@ from controlplane.hub.lifecycle import (
     workload_verdict,
 )
 from controlplane.hub.nodes import NodeLive
-from controlplane.hub.placement import PlacementNode, Placer, ReplicaChoice
-from controlplane.hub.registration import RegistrationLimits, registration_problem
+from controlplane.hub.placement import Placer, ReplicaChoice
+from controlplane.hub.registration import RegistrationLimits
+from controlplane.hub.registry import NodeRegistry, placement_node
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.store import queries
 from controlplane.store.identities import IdentityStore
-from controlplane.store.models import ClusterRow, NodeRow, PlacementRow, WorkloadRow
+from controlplane.store.models import NodeRow, PlacementRow, WorkloadRow
 from controlplane.store.store import ACTIVE_PLACEMENT, TERMINAL_PLACEMENT, Store
 
 if TYPE_CHECKING:  # the composition root builds it; the hub only calls it
@@ -123,10 +123,18 @@ class Hub:
         self.store = store
         self.federation = settings.federation
         self.placer = placer
-        self.nodes: dict[str, NodeLive] = {}
         self.bus = bus
-        self.dispatch = Dispatcher(bus, self.nodes, resend_after_s=settings.command_timeout_s)
         self.identities = IdentityStore(store)
+        self.registry = NodeRegistry(
+            self.federation,
+            bus,
+            self.identities,
+            lease_missed_heartbeats=settings.lease_missed_heartbeats,
+            limits=settings.registration,
+            require_enrolment=settings.require_enrolment,
+        )
+        self.nodes = self.registry.nodes  # what the API, the bid round and the functions read
+        self.dispatch = Dispatcher(bus, self.nodes, resend_after_s=settings.command_timeout_s)
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -156,38 +164,13 @@ class Hub:
         await self.functions.stop()
         await self.bus.close()
         async with self._lock:
-            await self._flush_nodes()
+            await self.registry.flush(self.store)
         self.started = False
 
     async def _load_state(self) -> None:
-        now = time.time()
-        mono = asyncio.get_running_loop().time()
         async with self.store.session() as s:
-            for cluster in self.federation.clusters:
-                row = await s.get(ClusterRow, cluster.name)
-                if row is None:
-                    s.add(
-                        ClusterRow(name=cluster.name, region=cluster.region, status="Unknown", updated_at=now)
-                    )
-                else:
-                    row.region = cluster.region
-                    row.updated_at = now
-            for node in await queries.all_nodes(s):
-                lease = node.heartbeat_interval_s * self.settings.lease_missed_heartbeats
-                # A restarted hub gives every known node one full lease to show up again.
-                self.nodes[node.name] = NodeLive(
-                    name=node.name,
-                    cluster=node.cluster,
-                    status=node.status,
-                    boot_id=node.boot_id,
-                    lease_s=lease,
-                    last_seen=mono,
-                    telemetry=node.telemetry,
-                    power_source=node.power_source,
-                    battery_percent=node.battery_percent,
-                    last_heartbeat_at=node.last_heartbeat_at,
-                )
-                self.placer.upsert_node(self._placement_node(node))
+            for node in await self.registry.load(s):
+                self.placer.upsert_node(placement_node(node, self.federation))
             active = await queries.active_placements(s)
             specs: dict[str, WorkloadSpec] = {}
             for placement in active:
@@ -207,26 +190,6 @@ class Hub:
             Store.add_event(
                 s, "HubStarted", "hub", self.settings.hub_id, f"recovered {len(self._active)} placements"
             )
-
-    def _placement_node(self, row: NodeRow) -> PlacementNode:
-        cluster = self.federation.cluster(row.cluster)
-        resources = row.resources or {}
-        gpus = resources.get("gpus") or []
-        return PlacementNode(
-            name=row.name,
-            cluster=row.cluster,
-            region=cluster.region if cluster else "",
-            cpu=float(resources.get("cpu", 0.0)),
-            memory=int(resources.get("memory", 0)),
-            gpus=len(gpus),
-            gpu_memory_bytes=[int(g.get("memory_total_bytes", 0)) for g in gpus],
-            dpu=int(resources.get("dpu", 0)),
-            labels=dict(row.labels or {}),
-            ready=row.status == "Ready",
-            node_type=row.node_type,
-            power_source=row.power_source,
-            battery_percent=row.battery_percent,
-        )
 
     def wake(self) -> None:
         self._wake.set()
@@ -249,95 +212,25 @@ class Hub:
         return RegisterAckV1(accepted=False, reason=reason, hub_id=self.settings.hub_id)
 
     async def handle_register(self, node_name: str, msg: RegisterV1) -> RegisterAckV1:
-        hub_id = self.settings.hub_id
-        if msg.node != node_name or not valid_token(node_name):
-            return self._refuse(node_name, "node name does not match subject")
-        cluster = self.federation.cluster(msg.cluster)
-        if cluster is None:
-            known = ", ".join(c.name for c in self.federation.clusters)
-            return self._refuse(node_name, f"unknown cluster {msg.cluster!r} (known: {known})")
-        problem = registration_problem(
-            msg, self.settings.registration, check_telemetry=self.settings.require_enrolment
-        )
-        if problem is not None:
-            return self._refuse(node_name, str(problem))
-        if self.settings.require_enrolment:
-            credential = await self.identities.node_credential(node_name)
-            if credential is None:
-                return self._refuse(
-                    node_name, f"node {node_name!r} has no active credentials (enrol it with a join token)"
-                )
-            if credential.cluster != msg.cluster:
-                return self._refuse(
-                    node_name,
-                    f"node {node_name!r} is enrolled in cluster {credential.cluster!r}, not {msg.cluster!r}",
-                )
-        now = time.time()
-        mono = asyncio.get_running_loop().time()
+        refusal = await self.registry.refusal(node_name, msg)
+        if refusal is not None:
+            return self._refuse(node_name, refusal)
         async with self._lock, self.store.session() as s:
             row = await s.get(NodeRow, node_name)
-            if row is not None and row.cluster != msg.cluster:
-                live = self.nodes.get(node_name)
-                if live is not None and live.status == "Ready":
-                    return RegisterAckV1(
-                        accepted=False,
-                        reason=f"node name {node_name!r} is already used in cluster {row.cluster!r}",
-                        hub_id=hub_id,
-                    )
-            previous_boot = row.boot_id if row is not None else None
-            telemetry = _telemetry_dict(msg.telemetry)
-            power_source = msg.telemetry.power_source if msg.telemetry else "unknown"
-            battery = msg.telemetry.battery_percent if msg.telemetry else None
-            resources = {
-                "cpu": msg.resources.cpu,
-                "memory": msg.resources.memory,
-                "gpus": [_gpu_dict(g) for g in msg.resources.gpus],
-                "dpu": msg.resources.dpu,
-            }
-            if row is None:
-                row = NodeRow(name=node_name, registered_at=now)
-                s.add(row)
-                Store.add_event(s, "NodeRegistered", "node", node_name, f"cluster {msg.cluster}")
-            elif previous_boot != msg.boot_id:
-                Store.add_event(s, "NodeRestarted", "node", node_name, "agent restarted (new boot id)")
-            if row.status != "Ready" and previous_boot is not None:
-                Store.add_event(s, "NodeReady", "node", node_name, "registered again")
-            row.cluster = msg.cluster
-            row.status = "Ready"
-            row.node_type = msg.node_type
-            row.boot_id = msg.boot_id
-            row.agent_version = msg.agent_version
-            row.labels = dict(msg.labels)
-            row.isolation = dict(msg.isolation)
-            row.resources = resources
-            row.telemetry = telemetry
-            row.power_source = power_source
-            row.battery_percent = battery
-            row.heartbeat_interval_s = msg.heartbeat_interval_s
-            row.last_heartbeat_at = now
-            row.updated_at = now
-            self.nodes[node_name] = NodeLive(
-                name=node_name,
-                cluster=msg.cluster,
-                status="Ready",
-                boot_id=msg.boot_id,
-                lease_s=msg.heartbeat_interval_s * self.settings.lease_missed_heartbeats,
-                last_seen=mono,
-                telemetry=telemetry,
-                power_source=power_source,
-                battery_percent=battery,
-                last_heartbeat_at=now,
-            )
-            self.placer.upsert_node(self._placement_node(row))
+            taken = self.registry.name_taken(row, msg)
+            if taken is not None:
+                return RegisterAckV1(accepted=False, reason=taken, hub_id=self.settings.hub_id)
+            row, previous_boot = self.registry.register(s, row, msg)
+            self.placer.upsert_node(placement_node(row, self.federation))
             if previous_boot != msg.boot_id:
                 self.functions.node_lost(node_name)
-            await self._refresh_clusters(s)
+            await self.registry.refresh_clusters(s)
             await self._reconcile_agent_placements(
                 s, node_name, msg.placements, agent_restarted=previous_boot not in (None, msg.boot_id)
             )
             keep = await queries.kept_placement_ids(s, node_name)
         self.wake()
-        return RegisterAckV1(accepted=True, hub_id=hub_id, keep=keep)
+        return RegisterAckV1(accepted=True, hub_id=self.settings.hub_id, keep=keep)
 
     async def _reconcile_agent_placements(
         self, s: AsyncSession, node: str, reported: list[PlacementState], *, agent_restarted: bool
@@ -364,17 +257,8 @@ class Hub:
                 self._last_hello = loop.time()
                 await self.bus.say_hello()
             return
-        live.last_seen = loop.time()
-        live.last_heartbeat_at = time.time()
-        live.telemetry = _telemetry_dict(msg.telemetry)
-        if (
-            live.power_source != msg.telemetry.power_source
-            or live.battery_percent != msg.telemetry.battery_percent
-        ):
+        if self.registry.heard(live, msg):
             self.placer.set_node_power(node_name, msg.telemetry.power_source, msg.telemetry.battery_percent)
-        live.power_source = msg.telemetry.power_source
-        live.battery_percent = msg.telemetry.battery_percent
-        live.dirty = True
         self.functions.update_instances(node_name, msg.instances)
         if live.status != "Ready":
             live.held = False  # back within the autonomy window: its held work simply goes on
@@ -620,35 +504,17 @@ class Hub:
         async with self._lock:
             await self._expire_leases()
             await self._place_pending()
-            await self._flush_nodes()
+            await self.registry.flush(self.store)
             async with self.store.session() as s:
                 due = await self.dispatch.due(s)
         if due:
             await self._apply_answers(await self.dispatch.send(due))
 
     async def _set_node_status(self, s: AsyncSession, live: NodeLive, status: str, why: str) -> None:
-        live.status = status
         if status != "Ready":
             self.functions.node_lost(live.name)
-        row = await s.get(NodeRow, live.name)
-        if row is not None:
-            row.status = status
-            row.updated_at = time.time()
         self.placer.set_node_ready(live.name, status == "Ready")
-        Store.add_event(s, f"Node{status}", "node", live.name, why)
-        await self._refresh_clusters(s)
-
-    async def _refresh_clusters(self, s: AsyncSession) -> None:
-        for cluster in self.federation.clusters:
-            members = [n for n in self.nodes.values() if n.cluster == cluster.name]
-            status = "Unknown" if not members else "Available"
-            if members and all(n.status != "Ready" for n in members):
-                status = "Unavailable"
-            row = await s.get(ClusterRow, cluster.name)
-            if row is not None and row.status != status:
-                row.status = status
-                row.updated_at = time.time()
-                Store.add_event(s, f"Cluster{status}", "cluster", cluster.name)
+        await self.registry.set_status(s, live, status, why)
 
     async def _expire_leases(self) -> None:
         """NotReady for nodes silent longer than their lease; their placements Lost, or held for
@@ -779,10 +645,8 @@ class Hub:
 
     async def _with_bids(self, workload_id: str, spec: WorkloadSpec, choice: ReplicaChoice) -> ReplicaChoice:
         """Let the candidates' local policies bid; move the replica if another node wins."""
-        from controlplane.hub.bidding import run_bid_round
-
         result = await run_bid_round(
-            self, workload_id, spec, choice, deadline_ms=self.settings.bid_deadline_ms
+            self.registry, workload_id, spec, choice, deadline_ms=self.settings.bid_deadline_ms
         )
         if result is None:
             return choice
@@ -818,22 +682,6 @@ class Hub:
                 {"by": by.id},
             )
 
-    async def _flush_nodes(self) -> None:
-        dirty = [n for n in self.nodes.values() if n.dirty]
-        if not dirty:
-            return
-        async with self.store.session() as s:
-            for live in dirty:
-                row = await s.get(NodeRow, live.name)
-                if row is None:
-                    continue
-                row.telemetry = live.telemetry
-                row.power_source = live.power_source
-                row.battery_percent = live.battery_percent
-                row.last_heartbeat_at = live.last_heartbeat_at
-                row.updated_at = time.time()
-                live.dirty = False
-
     async def _apply_answers(self, sent: list[Sent]) -> None:
         """What the agents' answers to commands mean for their placements (``dispatch.ack_effect``)."""
         async with self._lock, self.store.session() as s:
@@ -866,17 +714,3 @@ def _storable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _gpu_dict(gpu: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(gpu)
-
-
-def _telemetry_dict(telemetry: Telemetry | None) -> dict[str, Any]:
-    if telemetry is None:
-        return {}
-    from dataclasses import asdict
-
-    return asdict(telemetry)
