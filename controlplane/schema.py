@@ -230,7 +230,8 @@ class Field:
     """One key of a body.
 
     ``nullable``: JSON null is as if the key were absent (a required key then is missing).
-    ``when``: the key is read only if this holds for the values so far (else ignored, as before).
+    ``when``: the key is read only if this holds for the values so far (else ignored, as before);
+    ``when_schema`` says the same in JSON Schema, so that the document requires the key only then.
     ``check``: runs after this field with the values so far and the model's path, for rules that
     span fields.
     """
@@ -241,6 +242,7 @@ class Field:
     required_message: str = "is required"
     nullable: bool = False
     when: Callable[[Mapping[str, Any]], bool] | None = None
+    when_schema: Schema | None = None
     check: Callable[[Mapping[str, Any], str], None] | None = None
     description: str = ""
 
@@ -303,7 +305,8 @@ class Model(Generic[T]):
         properties: Schema = {}
         for f in self.fields:
             schema = f.kind.schema()
-            if f.nullable and not f.required:
+            # A key required only sometimes (``when``) may be null: it is absent then.
+            if f.nullable and (not f.required or f.when is not None):
                 schema = nullable(schema)
             if _documentable(f, defaults.get(f.name, _MISSING)):
                 schema["default"] = defaults[f.name]
@@ -314,9 +317,24 @@ class Model(Generic[T]):
         required = [f.name for f in self.fields if f.required and f.when is None]
         if required:
             out["required"] = required
+        conditional = [
+            {"if": f.when_schema, "then": _present(f)}
+            for f in self.fields
+            if f.required and f.when_schema is not None
+        ]
+        if conditional:
+            out["allOf"] = conditional
         if self.example is not None:
             out["example"] = copy.deepcopy(self.example)
         return out
+
+
+def _present(f: Field) -> Schema:
+    """JSON Schema of ``f`` being there (null is absent for a nullable field)."""
+    out: Schema = {"required": [f.name]}
+    if f.nullable:
+        out["properties"] = {f.name: {"not": {"type": "null"}}}
+    return out
 
 
 def _path(where: str, key: str) -> str:

@@ -155,6 +155,11 @@ def _command(values: Mapping[str, Any]) -> bool:
     return bool(values["runtime"] == "command")
 
 
+# The same conditions in JSON Schema: runtime absent is python.
+_PYTHON_SCHEMA = {"properties": {"runtime": {"const": "python"}}}
+_COMMAND_SCHEMA = {"required": ["runtime"], "properties": {"runtime": {"const": "command"}}}
+
+
 FUNCTION: Model[FunctionSpec] = Model(
     "FunctionSpec",
     FunctionSpec,
@@ -179,6 +184,7 @@ FUNCTION: Model[FunctionSpec] = Model(
             required_message="is required: a function name in source, or 'module:function'",
             nullable=True,
             when=_python,
+            when_schema=_PYTHON_SCHEMA,
             description="a name in source, or module:function (required for runtime python)",
         ),
         Field(
@@ -208,6 +214,7 @@ FUNCTION: Model[FunctionSpec] = Model(
             required_message="is required for runtime 'command'",
             nullable=True,
             when=_command,
+            when_schema=_COMMAND_SCHEMA,
             description="argv (required for runtime command)",
         ),
         Field("env", ENV),
