@@ -8,6 +8,8 @@ errors the agent raises too (:class:`ValidationError`, :class:`ConfigError`) are
 
 from __future__ import annotations
 
+from typing import Any
+
 from edgeplane_contract.errors import ConfigError, EdgeplaneError, ValidationError
 
 __all__ = [
@@ -16,12 +18,15 @@ __all__ = [
     "ConflictError",
     "EdgeplaneError",
     "ForbiddenError",
+    "InvocationFailedError",
     "NotFoundError",
     "PayloadTooLargeError",
     "RateLimitedError",
     "UnauthorizedError",
+    "UnavailableError",
     "UnsupportedMediaTypeError",
     "ValidationError",
+    "error_body",
 ]
 
 
@@ -79,6 +84,50 @@ class RateLimitedError(EdgeplaneError):
     def __init__(self, message: str, *, retry_after_s: int) -> None:
         super().__init__(message)
         self.headers["Retry-After"] = str(retry_after_s)
+
+
+class UnavailableError(EdgeplaneError):
+    """Something the hub asks on the caller's behalf (a node) did not answer."""
+
+    code = "unavailable"
+    http_status = 503
+
+
+class InvocationFailedError(EdgeplaneError):
+    """A function invocation that failed, as the service recorded it (``{"code", "message",
+    ...}``): its own code, what else it said (type, traceback) beside the message, and the
+    invocation's id beside the error. The status says whose fault: the handler, its result or its
+    instance 502; nothing could run it 503; out of time 504; an event too large for NATS 413."""
+
+    STATUS_BY_CODE = {
+        "no_capacity": 503,
+        "capacity": 503,
+        "unavailable": 503,
+        "timeout": 504,
+        "too_large": 413,
+    }
+
+    def __init__(self, error: dict[str, Any], *, invocation_id: str, headers: dict[str, str]) -> None:
+        details = dict(error)
+        code = str(details.pop("code", "function_error"))
+        super().__init__(details.pop("message", ""))
+        self.code = code
+        self.http_status = self.STATUS_BY_CODE.get(code, 502)
+        self.details = details
+        self.invocation_id = invocation_id
+        self.headers.update(headers)
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), **self.details}
+
+
+def error_body(error: EdgeplaneError) -> dict[str, object]:
+    """The API's JSON body of an error: ``{"error": {"code", "message", "field", ...}}``, and the
+    invocation's id beside it for an invocation that failed."""
+    body: dict[str, object] = {"error": error.to_dict()}
+    if isinstance(error, InvocationFailedError):
+        body["invocation_id"] = error.invocation_id
+    return body
 
 
 class StartupError(Exception):

@@ -21,18 +21,29 @@ from controlplane.api.errors import error_middleware
 from controlplane.api.functions import routes as function_routes
 from controlplane.api.keys import HUB
 from controlplane.api.openapi import openapi_document
+from controlplane.api.params import (
+    AFTER,
+    CLUSTER,
+    EVENTS_LIMIT,
+    IDEMPOTENCY_KEY,
+    KIND,
+    NAME,
+    NODE,
+    NODE_STATUS,
+    OBJECT_ID,
+    WORKLOAD_STATUS,
+    page,
+)
 from controlplane.api.redact import redact
-from controlplane.api.request import MAX_BODY, choice_query, int_query, json_body, page
+from controlplane.api.request import MAX_BODY, json_body
 from controlplane.api.views import cluster_json, event_json, node_json, workload_json
 from controlplane.bus.authority import NatsAuthority
-from controlplane.errors import NotFoundError, ValidationError
+from controlplane.errors import NotFoundError, UnavailableError, ValidationError
 from controlplane.hub.service import Hub
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.store.identities import IdentityStore
 
 __all__ = ["HUB", "create_app"]
-
-WORKLOAD_STATUSES = ("Pending", "Scheduled", "Running", "Succeeded", "Failed", "Cancelling", "Cancelled")
 
 routes = web.RouteTableDef()
 
@@ -79,9 +90,9 @@ def _region(hub: Hub, cluster: str) -> str:
 async def list_nodes(request: web.Request) -> web.Response:
     hub = request.app[HUB]
     limit, offset = page(request)
-    status = choice_query(request, "status", ("Ready", "NotReady"))
+    status = NODE_STATUS.parse(request)
     rows, total = await hub.store.list_nodes(
-        cluster=request.query.get("cluster"), status=status, limit=limit, offset=offset
+        cluster=CLUSTER.parse(request), status=status, limit=limit, offset=offset
     )
     items = [node_json(r, region=_region(hub, r.cluster), allocated=hub.allocated(r.name)) for r in rows]
     return web.json_response({"items": items, "total": total, "limit": limit, "offset": offset})
@@ -110,16 +121,7 @@ async def node_decisions(request: web.Request) -> web.Response:
         data = await hub.bus.request(live.cluster, subject, b"{}", deadline_s=5.0)
         body = json.loads(data)
     except Exception as exc:
-        return web.json_response(
-            {
-                "error": {
-                    "code": "unavailable",
-                    "message": f"node {name} did not answer: {exc!r}",
-                    "field": None,
-                }
-            },
-            status=503,
-        )
+        raise UnavailableError(f"node {name} did not answer: {exc!r}") from exc
     return web.json_response(body)
 
 
@@ -130,9 +132,7 @@ async def create_workload(request: web.Request) -> web.Response:
     for cluster in spec.affinity.clusters:
         if hub.federation.cluster(cluster) is None:
             raise ValidationError(f"unknown cluster {cluster!r}", field="affinity.clusters")
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and not 0 < len(key) <= 128:
-        raise ValidationError("must be 1-128 characters", field="Idempotency-Key")
+    key = IDEMPOTENCY_KEY.parse(request)
     workload_id, created = await hub.create_workload(spec, idempotency_key=key)
     found = await hub.store.get_workload(workload_id)
     assert found is not None
@@ -146,10 +146,10 @@ async def list_workloads(request: web.Request) -> web.Response:
     hub = request.app[HUB]
     limit, offset = page(request)
     rows, total = await hub.store.list_workloads(
-        status=choice_query(request, "status", WORKLOAD_STATUSES),
-        name=request.query.get("name"),
-        node=request.query.get("node"),
-        cluster=request.query.get("cluster"),
+        status=WORKLOAD_STATUS.parse(request),
+        name=NAME.parse(request),
+        node=NODE.parse(request),
+        cluster=CLUSTER.parse(request),
         limit=limit,
         offset=offset,
     )
@@ -213,10 +213,11 @@ async def delete_workload(request: web.Request) -> web.Response:
 @routes.get("/v1/events")
 async def list_events(request: web.Request) -> web.Response:
     hub = request.app[HUB]
-    limit = int_query(request, "limit", 100, 1, 1000)
-    after = int_query(request, "after", 0, 0, 2**62)
+    limit = EVENTS_LIMIT.parse(request)
+    after = AFTER.parse(request)
+    assert limit is not None and after is not None  # both have defaults
     rows = await hub.store.list_events(
-        after_id=after, kind=request.query.get("kind"), object_id=request.query.get("object_id"), limit=limit
+        after_id=after, kind=KIND.parse(request), object_id=OBJECT_ID.parse(request), limit=limit
     )
     items = [event_json(r) for r in rows]
     return web.json_response(

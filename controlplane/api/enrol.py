@@ -28,7 +28,7 @@ from controlplane.bus.nats_auth import valid_public_key
 from controlplane.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
 from controlplane.store.identities import JoinRefused
 
-__all__ = ["NATS_AUTHORITY", "routes", "setup"]
+__all__ = ["JOIN_SCHEMAS", "NATS_AUTHORITY", "routes", "setup"]
 
 log = logging.getLogger("edgeplane.api.enrol")
 
@@ -55,6 +55,34 @@ def setup(app: web.Application, authority: NatsAuthority | None) -> None:
         await stop_task(task)
 
     app.cleanup_ctx.append(sync)
+
+
+# Hand-written, beside the parser below: the join body is checked in two passes (every key's
+# presence and type, then formats, with the cluster looked up in between), an order the field
+# models do not express; JoinReply is the dict join() answers.
+JOIN_SCHEMAS: dict[str, Any] = {
+    "JoinRequest": {
+        "type": "object",
+        "properties": {
+            "token": {"type": "string", "minLength": 1, "description": "a join token (ep_join_...)"},
+            "node": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,63}$"},
+            "cluster": {"type": "string", "minLength": 1, "description": "must be the token's cluster"},
+            "public_key": {"type": "string", "pattern": "^U[A-Z2-7]{55}$", "description": "nkey user key"},
+        },
+        "required": ["token", "node", "public_key"],
+    },
+    "JoinReply": {
+        "type": "object",
+        "properties": {
+            "node": {"type": "string"},
+            "cluster": {"type": "string"},
+            "nats_url": {"type": "string"},
+            "subject_prefix": {"type": "string"},
+            "inbox_prefix": {"type": "string"},
+        },
+        "required": ["node", "cluster", "nats_url", "subject_prefix", "inbox_prefix"],
+    },
+}
 
 
 def _string(body: dict[str, Any], key: str, *, required: bool = True) -> str | None:

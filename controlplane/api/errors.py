@@ -1,19 +1,40 @@
-"""One middleware maps every error to a JSON body ``{"error": {"code", "message", "field"}}``."""
+"""One middleware maps every error to a JSON body ``{"error": {"code", "message", "field"}}``:
+route code raises typed errors (``controlplane.errors``), never builds an error body itself."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
-from controlplane.errors import EdgeplaneError
+from controlplane.errors import EdgeplaneError, error_body
 
-__all__ = ["error_middleware", "json_error"]
+__all__ = ["ERROR_SCHEMA", "error_middleware", "json_error"]
 
 log = logging.getLogger("edgeplane.api")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+# Hand-written: error_body() (controlplane/errors.py) writes these keys; an invocation's error
+# adds more of its own (type, traceback) and the invocation_id beside it.
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "field": {"type": ["string", "null"]},
+            },
+            "required": ["code", "message", "field"],
+        }
+    },
+    "required": ["error"],
+}
 
 
 def json_error(status: int, code: str, message: str, field: str | None = None) -> web.Response:
@@ -25,9 +46,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except EdgeplaneError as exc:
-        response = json_error(exc.http_status, exc.code, exc.message, exc.field)
-        response.headers.update(exc.headers)
-        return response
+        return web.json_response(error_body(exc), status=exc.http_status, headers=exc.headers)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

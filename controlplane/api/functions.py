@@ -9,28 +9,18 @@ from aiohttp import web
 
 from controlplane.api.auth import principal_of
 from controlplane.api.keys import HUB
+from controlplane.api.params import ASYNC, INVOKE_IDEMPOTENCY_KEY, VERSION
 from controlplane.api.redact import redact
-from controlplane.api.request import int_query, json_body
+from controlplane.api.request import json_body
 from controlplane.api.views import iso
-from controlplane.errors import ConflictError, NotFoundError, ValidationError
+from controlplane.errors import ConflictError, InvocationFailedError, NotFoundError, ValidationError
 from controlplane.serverless.service import InvocationOutcome
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.store.models import InvocationRow
 
-__all__ = ["routes"]
+__all__ = ["RESPONSE_SCHEMAS", "routes"]
 
 routes = web.RouteTableDef()
-
-# HTTP status of an invocation that failed, by error code: user code, its result (bad_result:
-# not strict JSON) and instances -> 502, nothing could run it -> 503, out of time -> 504, an event
-# too large for one NATS message -> 413.
-_ERROR_STATUS = {"no_capacity": 503, "capacity": 503, "unavailable": 503, "timeout": 504, "too_large": 413}
-
-
-def _version_query(request: web.Request) -> int | None:
-    if "version" not in request.query:
-        return None
-    return int_query(request, "version", 0, 1, 10**9)
 
 
 @routes.post("/v1/functions")
@@ -82,11 +72,11 @@ def _headers(outcome: InvocationOutcome) -> dict[str, str]:
 async def invoke_function(request: web.Request) -> web.Response:
     functions = request.app[HUB].functions
     name = request.match_info["name"]
-    version = _version_query(request)
+    version = VERSION.parse(request)
     functions.resolve(name, version)
     event = await json_body(request, optional=True)
-    key = _idempotency_key(request)
-    if request.query.get("async") in ("1", "true"):
+    key = INVOKE_IDEMPOTENCY_KEY.parse(request)
+    if ASYNC.parse(request):
         invocation_id, created = await functions.invoke_async(
             name, event, version=version, idempotency_key=key
         )
@@ -115,26 +105,7 @@ async def invoke_function(request: web.Request) -> web.Response:
             outcome.ok, outcome.error = False, {"code": "bad_result", "message": f"result is not JSON: {exc}"}
         else:
             return web.Response(text=body, content_type="application/json", headers=headers)
-    error = dict(outcome.error or {})
-    code = str(error.pop("code", "function_error"))
-    status = _ERROR_STATUS.get(code, 502)
-    body_error = {"code": code, "message": error.pop("message", ""), "field": None, **error}
-    return web.json_response(
-        {"error": body_error, "invocation_id": outcome.invocation_id}, status=status, headers=headers
-    )
-
-
-def _idempotency_key(request: web.Request) -> str | None:
-    key = request.headers.get("Idempotency-Key")
-    if key is None:
-        return None
-    if not 0 < len(key) <= 128:
-        raise ValidationError("must be 1-128 characters", field="Idempotency-Key")
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationError("must be valid UTF-8", field="Idempotency-Key") from None
-    return key
+    raise InvocationFailedError(outcome.error or {}, invocation_id=outcome.invocation_id, headers=headers)
 
 
 def _replay(row: InvocationRow) -> web.Response:
@@ -149,12 +120,7 @@ def _replay(row: InvocationRow) -> web.Response:
     if row.status == "Succeeded":
         body = json.dumps(row.result.get("value") if row.result else None, allow_nan=False)
         return web.Response(text=body, content_type="application/json", headers=headers)
-    error = dict(row.error or {})
-    code = str(error.pop("code", "function_error"))
-    body_error = {"code": code, "message": error.pop("message", ""), "field": None, **error}
-    return web.json_response(
-        {"error": body_error, "invocation_id": row.id}, status=_ERROR_STATUS.get(code, 502), headers=headers
-    )
+    raise InvocationFailedError(row.error or {}, invocation_id=row.id, headers=headers)
 
 
 @routes.get("/v1/invocations/{id}")
@@ -185,3 +151,34 @@ def _invocation_json(row: InvocationRow) -> dict[str, Any]:
         "created_at": iso(row.created_at),
         "finished_at": iso(row.finished_at),
     }
+
+
+# Hand-written: FunctionService.function_json and _invocation_json above build plain dicts.
+RESPONSE_SCHEMAS: dict[str, Any] = {
+    "Function": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "version": {"type": "integer"},
+            "versions": {"type": "array", "items": {"type": "integer"}},
+            "spec": {"$ref": "#/components/schemas/StoredFunctionSpec"},
+            "instances": {"type": "array", "items": {"type": "object"}},
+            "stats": {"type": "object"},
+            "policy": {"type": "object"},
+        },
+    },
+    "Invocation": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "function": {"type": "string"},
+            "version": {"type": "integer"},
+            "status": {"type": "string", "enum": ["Queued", "Running", "Succeeded", "Failed"]},
+            "node": {"type": ["string", "null"]},
+            "cold_start": {"type": ["boolean", "null"]},
+            "result": {},
+            "error": {"type": ["object", "null"]},
+            "timings": {"type": "object"},
+        },
+    },
+}

@@ -1,14 +1,20 @@
-"""The OpenAPI 3 document of the hub's API; a test checks it lists exactly the app's routes."""
+"""The OpenAPI 3 document of the hub's API: paths, operations and security, written here; every
+body and parameter schema comes from what parses it (the request models, ``api/params.py``), and
+each response schema from beside the code that renders it. A test checks the document lists
+exactly the app's routes."""
 
 from __future__ import annotations
 
 import copy
-from typing import Any
-
-from edgeplane_contract.resources import MIG_PROFILES
+from typing import Any, Protocol
 
 from controlplane import __version__
+from controlplane.api import enrol, functions, params, views
 from controlplane.api.auth import required_scope
+from controlplane.api.errors import ERROR_SCHEMA
+from controlplane.hub.spec import AFFINITY, AFFINITY_WITHOUT_LABELS, RESOURCES, WORKLOAD, WorkloadSpec
+from controlplane.schema import Model, type_schema
+from controlplane.serverless.spec import FUNCTION, FunctionSpec
 
 __all__ = ["PUBLIC_OPERATIONS", "openapi_document", "operation_scope"]
 
@@ -22,18 +28,14 @@ def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
 
 
 _ERROR = _json(_ref("Error"), "Error (the field names what was wrong)")
-_PAGE_PARAMS = [
-    {
-        "name": "limit",
-        "in": "query",
-        "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
-    },
-    {
-        "name": "offset",
-        "in": "query",
-        "schema": {"type": "integer", "minimum": 0, "maximum": 10**9, "default": 0},
-    },
-]
+
+
+class _Parameter(Protocol):
+    def parameter(self) -> dict[str, Any]: ...
+
+
+def _params(*declared: _Parameter) -> list[dict[str, Any]]:
+    return [p.parameter() for p in declared]
 
 
 def _list_of(item: str) -> dict[str, Any]:
@@ -49,301 +51,8 @@ def _list_of(item: str) -> dict[str, Any]:
     }
 
 
-_NON_EMPTY = {"type": "string", "minLength": 1}
-_CPU = {
-    "oneOf": [
-        {"type": "number", "exclusiveMinimum": 0, "maximum": 1e6},
-        {"type": "string", "pattern": "^\\s*[0-9]+(\\.[0-9]+)?m?\\s*$", "example": "500m"},
-    ]
-}
-_ENV = {
-    "type": "object",
-    "additionalProperties": {"type": "string"},
-    "propertyNames": {"type": "string", "pattern": "^[^=]+$"},
-}
-# Optional seconds; null (as stored and returned) means unset.
-_SECONDS = {"type": ["number", "null"], "minimum": 0.001, "maximum": 86400 * 365}
-
-
-def _memory(minimum: int) -> dict[str, Any]:
-    return {
-        "oneOf": [
-            {"type": "integer", "minimum": minimum, "maximum": 2**60},
-            {
-                "type": "string",
-                "pattern": "^\\s*[0-9]+(\\.[0-9]+)?\\s*(Ki|Mi|Gi|Ti|[kKMGT])?\\s*$",
-                "example": "64Mi",
-            },
-        ]
-    }
-
-
-_SCHEMAS: dict[str, Any] = {
-    "Error": {
-        "type": "object",
-        "properties": {
-            "error": {
-                "type": "object",
-                "properties": {
-                    "code": {"type": "string"},
-                    "message": {"type": "string"},
-                    "field": {"type": ["string", "null"]},
-                },
-                "required": ["code", "message", "field"],
-            }
-        },
-        "required": ["error"],
-    },
-    "Resources": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "cpu": _CPU,
-            "memory": _memory(1),
-            "gpu": {"type": "integer", "minimum": 0, "maximum": 64},
-            "mig": {
-                "oneOf": [
-                    {"type": "string", "enum": list(MIG_PROFILES)},
-                    {"type": "array", "items": {"type": "string", "enum": list(MIG_PROFILES)}},
-                ]
-            },
-            "dpu": {"type": "integer", "minimum": 0, "maximum": 64},
-        },
-    },
-    "Affinity": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "clusters": {"type": "array", "items": _NON_EMPTY, "description": "known clusters only"},
-            "regions": {"type": "array", "items": _NON_EMPTY},
-            "nodes": {"type": "array", "items": _NON_EMPTY},
-            "node_labels": {
-                "type": "object",
-                "additionalProperties": {"type": "string"},
-                "description": "not in anti_affinity, nor in a function's affinity (stored there as {})",
-            },
-        },
-    },
-    "WorkloadSpec": {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["name", "command"],
-        "example": {
-            "name": "hello",
-            "command": ["echo", "hello"],
-            "resources": {"cpu": "250m", "memory": "64Mi"},
-        },
-        "properties": {
-            "name": {"type": "string", "pattern": "^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"},
-            "command": {
-                "type": "array",
-                "prefixItems": [_NON_EMPTY],
-                "items": {"type": "string"},
-                "minItems": 1,
-                "description": "argv; the program must be non-empty",
-            },
-            "env": _ENV,
-            "resources": _ref("Resources"),
-            "replicas": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 1},
-            "priority": {"type": "integer", "minimum": -1000, "maximum": 1000, "default": 0},
-            "affinity": _ref("Affinity"),
-            "anti_affinity": _ref("Affinity"),
-            "gang": {"type": "boolean", "default": False},
-            "kind": {"type": "string", "enum": ["batch", "service", "analytics", "inference"]},
-            "sla_latency_s": _SECONDS,
-            "timeout_s": _SECONDS,
-            "restart_policy": {
-                "type": "string",
-                "enum": ["never", "on-failure", "always"],
-                "default": "never",
-                "description": "when the agent restarts the process itself (also without the hub)",
-            },
-            "max_restarts": {"type": "integer", "minimum": 0, "maximum": 10000, "default": 5},
-        },
-    },
-    "Placement": {
-        "type": "object",
-        "properties": {
-            "id": {"type": "string"},
-            "replica": {"type": "integer"},
-            "attempt": {"type": "integer"},
-            "node": {"type": "string"},
-            "cluster": {"type": "string"},
-            "status": {
-                "type": "string",
-                "enum": ["Scheduled", "Running", "Succeeded", "Failed", "Cancelled", "Lost"],
-            },
-            "exit_code": {"type": ["integer", "null"]},
-            "message": {"type": "string"},
-            "restarts": {"type": "integer", "description": "local restarts by the agent"},
-            "assignment": {"type": "object"},
-            "scheduled_at": {"type": ["string", "null"], "format": "date-time"},
-            "started_at": {"type": ["string", "null"], "format": "date-time"},
-            "finished_at": {"type": ["string", "null"], "format": "date-time"},
-        },
-    },
-    "Workload": {
-        "type": "object",
-        "properties": {
-            "id": {"type": "string"},
-            "name": {"type": "string"},
-            "status": {
-                "type": "string",
-                "enum": ["Pending", "Scheduled", "Running", "Succeeded", "Failed", "Cancelling", "Cancelled"],
-            },
-            "message": {"type": "string"},
-            "spec": _ref("WorkloadSpec"),
-            "node": {"type": ["string", "null"]},
-            "nodes": {"type": "array", "items": {"type": "string"}},
-            "exit_code": {"type": ["integer", "null"]},
-            "restarts": {"type": "integer", "description": "local restarts of the current placements"},
-            "created_at": {"type": "string", "format": "date-time"},
-            "scheduled_at": {"type": ["string", "null"], "format": "date-time"},
-            "started_at": {"type": ["string", "null"], "format": "date-time"},
-            "finished_at": {"type": ["string", "null"], "format": "date-time"},
-            "placements": {"type": "array", "items": _ref("Placement")},
-        },
-        "required": ["id", "name", "status"],
-    },
-    "Node": {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "cluster": {"type": "string"},
-            "region": {"type": "string"},
-            "status": {"type": "string", "enum": ["Ready", "NotReady"]},
-            "node_type": {"type": "string"},
-            "labels": {"type": "object"},
-            "resources": {"type": "object"},
-            "allocated": {"type": "object"},
-            "power": {"type": "object"},
-            "telemetry": {"type": "object"},
-            "isolation": {"type": "object", "additionalProperties": {"type": "string"}},
-            "credentials": {"type": "string", "enum": ["revoked"]},
-            "last_heartbeat_at": {"type": ["string", "null"], "format": "date-time"},
-        },
-        "required": ["name", "cluster", "status"],
-    },
-    "JoinRequest": {
-        "type": "object",
-        "properties": {
-            "token": {"type": "string", "minLength": 1, "description": "a join token (ep_join_...)"},
-            "node": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,63}$"},
-            "cluster": {"type": "string", "minLength": 1, "description": "must be the token's cluster"},
-            "public_key": {"type": "string", "pattern": "^U[A-Z2-7]{55}$", "description": "nkey user key"},
-        },
-        "required": ["token", "node", "public_key"],
-    },
-    "JoinReply": {
-        "type": "object",
-        "properties": {
-            "node": {"type": "string"},
-            "cluster": {"type": "string"},
-            "nats_url": {"type": "string"},
-            "subject_prefix": {"type": "string"},
-            "inbox_prefix": {"type": "string"},
-        },
-        "required": ["node", "cluster", "nats_url", "subject_prefix", "inbox_prefix"],
-    },
-    "Cluster": {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "region": {"type": "string"},
-            "status": {"type": "string", "enum": ["Unknown", "Available", "Unavailable"]},
-            "nodes": {"type": "integer"},
-            "ready_nodes": {"type": "integer"},
-        },
-    },
-    "Event": {
-        "type": "object",
-        "properties": {
-            "id": {"type": "integer"},
-            "time": {"type": "string", "format": "date-time"},
-            "kind": {"type": "string"},
-            "object_kind": {"type": "string"},
-            "object_id": {"type": "string"},
-            "message": {"type": "string"},
-            "data": {"type": "object"},
-        },
-    },
-}
-
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
-_VERSION = {"name": "version", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 10**9}}
-
-_SCHEMAS["FunctionSpec"] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["name"],
-    "example": {
-        "name": "echo",
-        "source": "def handler(event, context):\n    return event\n",
-        "handler": "handler",
-    },
-    "properties": {
-        "name": {"type": "string", "pattern": "^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$"},
-        "version": {
-            "type": ["integer", "null"],
-            "minimum": 1,
-            "maximum": 10**9,
-            "description": "omit to get the next version (numbers of deleted versions are not reused)",
-        },
-        "runtime": {"type": "string", "enum": ["python", "command"], "default": "python"},
-        "source": {
-            "type": "string",
-            "maxLength": 512 * 1024,
-            "description": "Python source defining the handler (runtime python)",
-        },
-        "handler": {
-            "type": "string",
-            "pattern": "^([A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?)?$",
-            "description": "a name in source, or module:function (required for runtime python)",
-        },
-        "path": {"type": "string", "description": "directory on the agents to import module:function from"},
-        "command": {
-            "type": "array",
-            "items": _NON_EMPTY,
-            "description": "argv (required for runtime command)",
-        },
-        "env": _ENV,
-        "memory": _memory(16 * 2**20),
-        "cpu": _CPU,
-        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 900, "default": 30},
-        "max_concurrency": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 1},
-        "gpu": {"type": "integer", "minimum": 0, "maximum": 8},
-        "mig": {"type": ["string", "null"], "enum": [*MIG_PROFILES, None]},
-        "sla_latency_ms": {"type": ["number", "null"], "exclusiveMinimum": 0},
-        "affinity": _ref("Affinity"),
-    },
-}
-_SCHEMAS["Function"] = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string"},
-        "version": {"type": "integer"},
-        "versions": {"type": "array", "items": {"type": "integer"}},
-        "spec": _ref("FunctionSpec"),
-        "instances": {"type": "array", "items": {"type": "object"}},
-        "stats": {"type": "object"},
-        "policy": {"type": "object"},
-    },
-}
-_SCHEMAS["Invocation"] = {
-    "type": "object",
-    "properties": {
-        "id": {"type": "string"},
-        "function": {"type": "string"},
-        "version": {"type": "integer"},
-        "status": {"type": "string", "enum": ["Queued", "Running", "Succeeded", "Failed"]},
-        "node": {"type": ["string", "null"]},
-        "cold_start": {"type": ["boolean", "null"]},
-        "result": {},
-        "error": {"type": ["object", "null"]},
-        "timings": {"type": "object"},
-    },
-}
 
 # Links let a client (and a stateful fuzzer) follow what a POST created.
 _WORKLOAD_LINKS = {
@@ -354,15 +63,6 @@ _FUNCTION_LINKS = {
     name: {"operationId": op, "parameters": {"name": "$response.body#/name"}}
     for name, op in (("get", "getFunction"), ("invoke", "invokeFunction"), ("delete", "deleteFunction"))
 }
-_STATUS = {
-    "name": "status",
-    "in": "query",
-    "schema": {
-        "type": "string",
-        "enum": ["Pending", "Scheduled", "Running", "Succeeded", "Failed", "Cancelling", "Cancelled"],
-    },
-}
-
 _PATHS: dict[str, Any] = {
     "/healthz": {
         "get": {
@@ -389,15 +89,7 @@ _PATHS: dict[str, Any] = {
         "get": {
             "operationId": "listNodes",
             "summary": "Edge nodes",
-            "parameters": [
-                *_PAGE_PARAMS,
-                {"name": "cluster", "in": "query", "schema": {"type": "string"}},
-                {
-                    "name": "status",
-                    "in": "query",
-                    "schema": {"type": "string", "enum": ["Ready", "NotReady"]},
-                },
-            ],
+            "parameters": _params(params.LIMIT, params.OFFSET, params.CLUSTER, params.NODE_STATUS),
             "responses": {"200": _json(_list_of("Node")), "422": _ERROR},
         }
     },
@@ -453,13 +145,7 @@ _PATHS: dict[str, Any] = {
         "post": {
             "operationId": "createWorkload",
             "summary": "Submit a workload",
-            "parameters": [
-                {
-                    "name": "Idempotency-Key",
-                    "in": "header",
-                    "schema": {"type": "string", "minLength": 1, "maxLength": 128},
-                }
-            ],
+            "parameters": _params(params.IDEMPOTENCY_KEY),
             "requestBody": {
                 "required": True,
                 "content": {"application/json": {"schema": _ref("WorkloadSpec")}},
@@ -478,13 +164,9 @@ _PATHS: dict[str, Any] = {
         "get": {
             "operationId": "listWorkloads",
             "summary": "List workloads",
-            "parameters": [
-                *_PAGE_PARAMS,
-                _STATUS,
-                {"name": "name", "in": "query", "schema": {"type": "string"}},
-                {"name": "node", "in": "query", "schema": {"type": "string"}},
-                {"name": "cluster", "in": "query", "schema": {"type": "string"}},
-            ],
+            "parameters": _params(
+                params.LIMIT, params.OFFSET, params.WORKLOAD_STATUS, params.NAME, params.NODE, params.CLUSTER
+            ),
             "responses": {"200": _json(_list_of("Workload")), "422": _ERROR},
         },
     },
@@ -565,14 +247,7 @@ _PATHS: dict[str, Any] = {
             "summary": "Invoke: the body is the event; the response body is the handler's JSON result",
             "parameters": [
                 _NAME,
-                _VERSION,
-                {"name": "async", "in": "query", "schema": {"type": "string", "enum": ["1", "true"]}},
-                {
-                    "name": "Idempotency-Key",
-                    "in": "header",
-                    "description": "a retry with the same key is the same invocation: nothing runs again",
-                    "schema": {"type": "string", "minLength": 1, "maxLength": 128},
-                },
+                *_params(params.VERSION, params.ASYNC, params.INVOKE_IDEMPOTENCY_KEY),
             ],
             "requestBody": {"content": {"application/json": {"schema": {}}}},
             "responses": {
@@ -629,20 +304,7 @@ _PATHS: dict[str, Any] = {
         "get": {
             "operationId": "listEvents",
             "summary": "The event log, oldest first; poll with after=next_after",
-            "parameters": [
-                {
-                    "name": "after",
-                    "in": "query",
-                    "schema": {"type": "integer", "minimum": 0, "maximum": 2**62},
-                },
-                {
-                    "name": "limit",
-                    "in": "query",
-                    "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
-                },
-                {"name": "kind", "in": "query", "schema": {"type": "string"}},
-                {"name": "object_id", "in": "query", "schema": {"type": "string"}},
-            ],
+            "parameters": _params(params.AFTER, params.EVENTS_LIMIT, params.KIND, params.OBJECT_ID),
             "responses": {"200": _json({"type": "object"}), "422": _ERROR},
         }
     },
@@ -698,6 +360,23 @@ def _secured(path: str, method: str, operation: dict[str, Any]) -> dict[str, Any
     return operation
 
 
+_REQUEST_MODELS: tuple[Model[Any], ...] = (WORKLOAD, RESOURCES, AFFINITY, AFFINITY_WITHOUT_LABELS, FUNCTION)
+
+
+def _schemas() -> dict[str, Any]:
+    """Every component schema: request bodies from their models, the specs as stored and returned
+    from their dataclasses, and the hand-written response schemas from beside their renderers."""
+    return {
+        "Error": copy.deepcopy(ERROR_SCHEMA),
+        **{model.name: model.schema() for model in _REQUEST_MODELS},
+        "StoredWorkloadSpec": type_schema(WorkloadSpec),
+        "StoredFunctionSpec": type_schema(FunctionSpec),
+        **copy.deepcopy(views.RESPONSE_SCHEMAS),
+        **copy.deepcopy(enrol.JOIN_SCHEMAS),
+        **copy.deepcopy(functions.RESPONSE_SCHEMAS),
+    }
+
+
 def openapi_document() -> dict[str, Any]:
     """The document served at /openapi.json (a fresh copy: callers may change it)."""
     return {
@@ -709,7 +388,7 @@ def openapi_document() -> dict[str, Any]:
             for path, operations in _PATHS.items()
         },
         "components": {
-            "schemas": copy.deepcopy(_SCHEMAS),
+            "schemas": _schemas(),
             "securitySchemes": {
                 "bearer": {
                     "type": "http",

@@ -1,4 +1,4 @@
-"""Request parsing shared by the route modules: JSON bodies and query parameters."""
+"""Request bodies as strict JSON, shared by the route modules (query parameters: params.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,7 @@ from controlplane.errors import BadRequestError, PayloadTooLargeError, Validatio
 __all__ = [
     "MAX_BODY",
     "MAX_JSON_DEPTH",
-    "choice_query",
-    "int_query",
     "json_body",
-    "page",
     "parse_json",
     "read_body",
     "strict_json",
@@ -27,30 +24,6 @@ MAX_BODY = 1 << 20
 # encoder, the NATS encoder); no request of this API needs more than a handful of levels.
 MAX_JSON_DEPTH = 64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-def int_query(request: web.Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationError(f"must be an integer, got {raw!r}", field=name) from None
-    if not low <= value <= high:
-        raise ValidationError(f"must be between {low} and {high}", field=name)
-    return value
-
-
-def page(request: web.Request) -> tuple[int, int]:
-    return int_query(request, "limit", 100, 1, 1000), int_query(request, "offset", 0, 0, 10**9)
-
-
-def choice_query(request: web.Request, name: str, choices: tuple[str, ...]) -> str | None:
-    value = request.query.get(name)
-    if value is not None and value not in choices:
-        raise ValidationError(f"must be one of {', '.join(choices)}", field=name)
-    return value
 
 
 class _Rejected:

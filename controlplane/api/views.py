@@ -7,7 +7,15 @@ from typing import Any
 
 from controlplane.store.models import ClusterRow, EventRow, NodeRow, PlacementRow, WorkloadRow
 
-__all__ = ["event_json", "iso", "node_json", "placement_json", "workload_json"]
+__all__ = [
+    "RESPONSE_SCHEMAS",
+    "cluster_json",
+    "event_json",
+    "iso",
+    "node_json",
+    "placement_json",
+    "workload_json",
+]
 
 
 def iso(ts: float | None) -> str | None:
@@ -106,3 +114,95 @@ def event_json(row: EventRow) -> dict[str, Any]:
         "message": row.message,
         "data": row.data,
     }
+
+
+# Hand-written: the renderers above build plain dicts from store rows, so nothing typed says what
+# they hold; these schemas sit beside them to be changed with them (the fuzz test and
+# test_nullable_fields_come_back_null_and_the_document_says_so check real answers against them).
+RESPONSE_SCHEMAS: dict[str, Any] = {
+    "Placement": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "replica": {"type": "integer"},
+            "attempt": {"type": "integer"},
+            "node": {"type": "string"},
+            "cluster": {"type": "string"},
+            "status": {
+                "type": "string",
+                "enum": ["Scheduled", "Running", "Succeeded", "Failed", "Cancelled", "Lost"],
+            },
+            "exit_code": {"type": ["integer", "null"]},
+            "message": {"type": "string"},
+            "restarts": {"type": "integer", "description": "local restarts by the agent"},
+            "assignment": {"type": "object"},
+            "scheduled_at": {"type": ["string", "null"], "format": "date-time"},
+            "started_at": {"type": ["string", "null"], "format": "date-time"},
+            "finished_at": {"type": ["string", "null"], "format": "date-time"},
+        },
+    },
+    "Workload": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "name": {"type": "string"},
+            "status": {
+                "type": "string",
+                "enum": ["Pending", "Scheduled", "Running", "Succeeded", "Failed", "Cancelling", "Cancelled"],
+            },
+            "message": {"type": "string"},
+            "spec": {"$ref": "#/components/schemas/StoredWorkloadSpec"},
+            "node": {"type": ["string", "null"]},
+            "nodes": {"type": "array", "items": {"type": "string"}},
+            "exit_code": {"type": ["integer", "null"]},
+            "restarts": {"type": "integer", "description": "local restarts of the current placements"},
+            "created_at": {"type": "string", "format": "date-time"},
+            "scheduled_at": {"type": ["string", "null"], "format": "date-time"},
+            "started_at": {"type": ["string", "null"], "format": "date-time"},
+            "finished_at": {"type": ["string", "null"], "format": "date-time"},
+            "placements": {"type": "array", "items": {"$ref": "#/components/schemas/Placement"}},
+        },
+        "required": ["id", "name", "status"],
+    },
+    "Node": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "cluster": {"type": "string"},
+            "region": {"type": "string"},
+            "status": {"type": "string", "enum": ["Ready", "NotReady"]},
+            "node_type": {"type": "string"},
+            "labels": {"type": "object"},
+            "resources": {"type": "object"},
+            "allocated": {"type": "object"},
+            "power": {"type": "object"},
+            "telemetry": {"type": "object"},
+            "isolation": {"type": "object", "additionalProperties": {"type": "string"}},
+            "credentials": {"type": "string", "enum": ["revoked"]},
+            "last_heartbeat_at": {"type": ["string", "null"], "format": "date-time"},
+        },
+        "required": ["name", "cluster", "status"],
+    },
+    "Cluster": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "region": {"type": "string"},
+            "status": {"type": "string", "enum": ["Unknown", "Available", "Unavailable"]},
+            "nodes": {"type": "integer"},
+            "ready_nodes": {"type": "integer"},
+        },
+    },
+    "Event": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "time": {"type": "string", "format": "date-time"},
+            "kind": {"type": "string"},
+            "object_kind": {"type": "string"},
+            "object_id": {"type": "string"},
+            "message": {"type": "string"},
+            "data": {"type": "object"},
+        },
+    },
+}

@@ -4,20 +4,40 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from edgeplane_contract.messages import RESTART_POLICIES, CommandV1, OfferSpec, RunSpec, encode
-from edgeplane_contract.resources import ResourceRequest
+from edgeplane_contract.resources import MIG_PROFILES, ResourceRequest, parse_cpu, parse_memory
 
 from controlplane.errors import PayloadTooLargeError, ValidationError
+from controlplane.schema import (
+    Boolean,
+    Choice,
+    Custom,
+    Field,
+    Integer,
+    Model,
+    Nested,
+    Number,
+    StringList,
+    StringMap,
+    Text,
+)
 
 __all__ = [
+    "AFFINITY",
+    "AFFINITY_WITHOUT_LABELS",
+    "CPU",
+    "RESOURCES",
     "RESTART_POLICIES",
+    "WORKLOAD",
     "Affinity",
     "WorkloadSpec",
     "blame_field",
     "json_size",
+    "memory_kind",
     "parse_argv",
     "parse_env",
 ]
@@ -28,22 +48,6 @@ KINDS = ("batch", "service", "analytics", "inference")
 # defined with the run command in edgeplane_contract/messages.py.
 DEFAULT_MAX_RESTARTS = 5
 MAX_MAX_RESTARTS = 10_000
-_TOP_KEYS = {
-    "name",
-    "command",
-    "env",
-    "resources",
-    "replicas",
-    "priority",
-    "affinity",
-    "anti_affinity",
-    "gang",
-    "kind",
-    "sla_latency_s",
-    "timeout_s",
-    "restart_policy",
-    "max_restarts",
-}
 
 
 def json_size(value: Any) -> int:
@@ -89,12 +93,6 @@ def parse_env(value: Any, where: str = "env") -> dict[str, str]:
     return dict(value)
 
 
-def _str_list(value: Any, where: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ValidationError("must be a list of non-empty strings", field=where)
-    return list(value)
-
-
 @dataclass(slots=True)
 class Affinity:
     clusters: list[str] = field(default_factory=list)
@@ -104,28 +102,10 @@ class Affinity:
 
     @classmethod
     def parse(cls, body: Any, where: str, *, allow_labels: bool = True) -> Affinity:
+        """``body`` (None: no constraint) as the affinity at ``where``; labels only if allowed."""
         if body is None:
             return cls()
-        if not isinstance(body, dict):
-            raise ValidationError("must be an object", field=where)
-        allowed = {"clusters", "regions", "nodes"} | ({"node_labels"} if allow_labels else set())
-        for key in body:
-            if key not in allowed:
-                raise ValidationError(
-                    f"unknown key (allowed: {', '.join(sorted(allowed))})", field=f"{where}.{key}"
-                )
-        out = cls()
-        for key in ("clusters", "regions", "nodes"):
-            if key in body:
-                setattr(out, key, _str_list(body[key], f"{where}.{key}"))
-        if "node_labels" in body:
-            labels = body["node_labels"]
-            if not isinstance(labels, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
-            ):
-                raise ValidationError("must be an object of string to string", field=f"{where}.node_labels")
-            out.node_labels = dict(labels)
-        return out
+        return (AFFINITY if allow_labels else AFFINITY_WITHOUT_LABELS).parse(body, where)
 
 
 @dataclass(slots=True)
@@ -150,46 +130,7 @@ class WorkloadSpec:
     @classmethod
     def parse(cls, body: Any) -> WorkloadSpec:
         """Validate a request body; raises ValidationError naming the first bad field."""
-        if not isinstance(body, dict):
-            raise ValidationError("request body must be a JSON object", field="<body>")
-        for key in body:
-            if key not in _TOP_KEYS:
-                raise ValidationError(f"unknown key (allowed: {', '.join(sorted(_TOP_KEYS))})", field=key)
-        name = body.get("name")
-        if name is None:
-            raise ValidationError("is required", field="name")
-        if not isinstance(name, str) or not NAME_RE.match(name):
-            raise ValidationError(
-                "must be 1-63 lowercase letters, digits, '.', '_' or '-', starting and ending alphanumeric",
-                field="name",
-            )
-        command = body.get("command")
-        if command is None:
-            raise ValidationError("is required", field="command")
-        spec = cls(name=name, command=parse_argv(command))
-        if "env" in body:
-            spec.env = parse_env(body["env"])
-        spec.resources = ResourceRequest.parse(body.get("resources"))
-        spec.replicas = _int(body, "replicas", 1, 1, 1000)
-        spec.priority = _int(body, "priority", 0, -1000, 1000)
-        spec.affinity = Affinity.parse(body.get("affinity"), "affinity")
-        spec.anti_affinity = Affinity.parse(body.get("anti_affinity"), "anti_affinity", allow_labels=False)
-        if "gang" in body:
-            if not isinstance(body["gang"], bool):
-                raise ValidationError("must be true or false", field="gang")
-            spec.gang = body["gang"]
-        if "kind" in body:
-            if body["kind"] not in KINDS:
-                raise ValidationError(f"must be one of {', '.join(KINDS)}", field="kind")
-            spec.kind = body["kind"]
-        spec.sla_latency_s = _positive(body, "sla_latency_s")
-        spec.timeout_s = _positive(body, "timeout_s")
-        if "restart_policy" in body:
-            if body["restart_policy"] not in RESTART_POLICIES:
-                raise ValidationError(f"must be one of {', '.join(RESTART_POLICIES)}", field="restart_policy")
-            spec.restart_policy = body["restart_policy"]
-        spec.max_restarts = _int(body, "max_restarts", DEFAULT_MAX_RESTARTS, 0, MAX_MAX_RESTARTS)
-        return spec
+        return WORKLOAD.parse(body)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -267,25 +208,170 @@ class WorkloadSpec:
         return spec
 
 
-def _int(body: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
-    if key not in body:
-        return default
-    value = body[key]
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValidationError(f"must be an integer between {low} and {high}", field=key)
-    return value
-
+# --- The request models: each rule once, for the parser and the OpenAPI document -------------
 
 # Seconds fields: at least a millisecond, since a subnormal SLA overflows the reward to infinity.
 MIN_SECONDS, MAX_SECONDS = 0.001, 86400 * 365
+NON_EMPTY: dict[str, Any] = {"type": "string", "minLength": 1}
+
+# Hand-written schemas of the quantities the contract parses (parse_cpu, parse_memory): their
+# bounds live there; tests/unit/spine/test_request_models.py checks each boundary against both.
+CPU = Custom(
+    lambda value, where: parse_cpu(value, field_name=where),
+    {
+        "oneOf": [
+            {"type": "number", "exclusiveMinimum": 0, "maximum": 1e6},
+            {"type": "string", "pattern": "^\\s*[0-9]+(\\.[0-9]+)?m?\\s*$", "example": "500m"},
+        ]
+    },
+)
 
 
-def _positive(body: dict[str, Any], key: str) -> float | None:
-    if key not in body or body[key] is None:
-        return None
-    value = body[key]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError("must be a number of seconds", field=key)
-    if not MIN_SECONDS <= value <= MAX_SECONDS:
-        raise ValidationError(f"must be a number of seconds from {MIN_SECONDS} to {MAX_SECONDS}", field=key)
-    return float(value)
+def memory_kind(minimum: int, message: str) -> Custom:
+    """Memory (bytes, or a string like '64Mi') of at least ``minimum`` bytes."""
+
+    def parse(value: Any, where: str) -> int:
+        amount = parse_memory(value, field_name=where)
+        if amount < minimum:
+            raise ValidationError(message, field=where)
+        return amount
+
+    return Custom(
+        parse,
+        {
+            "oneOf": [
+                {"type": "integer", "minimum": minimum, "maximum": 2**60},
+                {
+                    "type": "string",
+                    "pattern": "^\\s*[0-9]+(\\.[0-9]+)?\\s*(Ki|Mi|Gi|Ti|[kKMGT])?\\s*$",
+                    "example": "64Mi",
+                },
+            ]
+        },
+    )
+
+
+# Hand-written: JSON Schema cannot say "the program is non-empty and no argument holds NUL" beyond
+# the first item's length; parse_argv enforces the rest.
+ARGV = Custom(
+    parse_argv,
+    {
+        "type": "array",
+        "prefixItems": [NON_EMPTY],
+        "items": {"type": "string"},
+        "minItems": 1,
+        "description": "argv; the program must be non-empty",
+    },
+)
+# Hand-written: parse_env also refuses NUL in names and values, which the pattern leaves unsaid.
+ENV = Custom(
+    parse_env,
+    {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "propertyNames": {"type": "string", "pattern": "^[^=]+$"},
+    },
+)
+
+
+def _mig(value: Any, where: str) -> list[str]:
+    profiles = [value] if isinstance(value, str) else value
+    if not isinstance(profiles, list) or not all(isinstance(p, str) for p in profiles):
+        raise ValidationError("must be a MIG profile name or a list of them", field=where)
+    for profile in profiles:
+        if profile not in MIG_PROFILES:
+            raise ValidationError(
+                f"unknown MIG profile {profile!r}; known: {', '.join(MIG_PROFILES)}", field=where
+            )
+    return list(profiles)
+
+
+def _whole_gpus_or_mig(values: Mapping[str, Any], where: str) -> None:
+    if values["mig"] and values["gpu"]:
+        raise ValidationError("ask for whole GPUs or MIG slices, not both", field=f"{where}.mig")
+
+
+def _first_unknown_sorted(unknown: list[str], allowed: list[str]) -> tuple[str, str]:
+    key = sorted(unknown)[0]
+    return key, f"unknown key {key!r}"
+
+
+_PROFILE = {"type": "string", "enum": list(MIG_PROFILES)}
+RESOURCES = Model(
+    "Resources",
+    ResourceRequest,
+    (
+        Field("cpu", CPU),
+        Field("memory", memory_kind(1, "must be a positive amount of memory")),
+        Field("gpu", Integer(0, 64)),
+        Field("dpu", Integer(0, 64)),
+        Field(
+            "mig",
+            Custom(_mig, {"oneOf": [_PROFILE, {"type": "array", "items": _PROFILE}]}),
+            check=_whole_gpus_or_mig,
+            description="MIG slices instead of whole GPUs (not with gpu)",
+        ),
+    ),
+    unknown=_first_unknown_sorted,
+)
+
+_AFFINITY_LISTS = (
+    Field("clusters", StringList(), description="known clusters only"),
+    Field("regions", StringList()),
+    Field("nodes", StringList()),
+)
+AFFINITY = Model(
+    "Affinity",
+    Affinity,
+    (*_AFFINITY_LISTS, Field("node_labels", StringMap())),
+)
+# Anti-affinity and a function's affinity: no labels (stored there as {}).
+AFFINITY_WITHOUT_LABELS = Model("AffinityWithoutLabels", Affinity, _AFFINITY_LISTS)
+
+
+def _seconds(name: str) -> Field:
+    return Field(
+        name,
+        Number(
+            "must be a number of seconds",
+            MIN_SECONDS,
+            MAX_SECONDS,
+            range_message=f"must be a number of seconds from {MIN_SECONDS} to {MAX_SECONDS}",
+        ),
+        nullable=True,
+    )
+
+
+WORKLOAD: Model[WorkloadSpec] = Model(
+    "WorkloadSpec",
+    WorkloadSpec,
+    (
+        Field(
+            "name",
+            Text(
+                "must be 1-63 lowercase letters, digits, '.', '_' or '-', starting and ending alphanumeric",
+                NAME_RE,
+            ),
+            required=True,
+            nullable=True,
+        ),
+        Field("command", ARGV, required=True, nullable=True),
+        Field("env", ENV),
+        Field("resources", Nested(RESOURCES), nullable=True),
+        Field("replicas", Integer(1, 1000)),
+        Field("priority", Integer(-1000, 1000)),
+        Field("affinity", Nested(AFFINITY), nullable=True),
+        Field("anti_affinity", Nested(AFFINITY_WITHOUT_LABELS), nullable=True),
+        Field("gang", Boolean()),
+        Field("kind", Choice(KINDS)),
+        _seconds("sla_latency_s"),
+        _seconds("timeout_s"),
+        Field(
+            "restart_policy",
+            Choice(RESTART_POLICIES),
+            description="when the agent restarts the process itself (also without the hub)",
+        ),
+        Field("max_restarts", Integer(0, MAX_MAX_RESTARTS)),
+    ),
+    example={"name": "hello", "command": ["echo", "hello"], "resources": {"cpu": "250m", "memory": "64Mi"}},
+)

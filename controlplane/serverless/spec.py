@@ -4,37 +4,31 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from edgeplane_contract.messages import FunctionCode, InvokeV1, encode
-from edgeplane_contract.resources import MIG_PROFILES, parse_cpu, parse_memory
+from edgeplane_contract.resources import MIG_PROFILES
 
 from controlplane.errors import PayloadTooLargeError, ValidationError
-from controlplane.hub.spec import Affinity, blame_field, json_size, parse_argv, parse_env
+from controlplane.hub.spec import (
+    AFFINITY_WITHOUT_LABELS,
+    CPU,
+    ENV,
+    NON_EMPTY,
+    Affinity,
+    blame_field,
+    json_size,
+    memory_kind,
+    parse_argv,
+)
+from controlplane.schema import Choice, Custom, Field, Integer, Model, Nested, Number, Text
 
-__all__ = ["FunctionSpec"]
+__all__ = ["FUNCTION", "FunctionSpec"]
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
 HANDLER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$")
-_KEYS = {
-    "name",
-    "version",
-    "runtime",
-    "source",
-    "handler",
-    "path",
-    "command",
-    "env",
-    "memory",
-    "cpu",
-    "timeout_s",
-    "max_concurrency",
-    "gpu",
-    "mig",
-    "sla_latency_ms",
-    "affinity",
-}
 MAX_SOURCE = 512 * 1024
 
 
@@ -61,110 +55,8 @@ class FunctionSpec:
 
     @classmethod
     def parse(cls, body: Any) -> FunctionSpec:
-        if not isinstance(body, dict):
-            raise ValidationError("request body must be a JSON object", field="<body>")
-        for key in body:
-            if key not in _KEYS:
-                raise ValidationError(f"unknown key (allowed: {', '.join(sorted(_KEYS))})", field=key)
-        name = body.get("name")
-        if name is None:
-            raise ValidationError("is required", field="name")
-        if not isinstance(name, str) or not NAME_RE.match(name):
-            raise ValidationError("must be 1-63 lowercase letters, digits, '_' or '-'", field="name")
-        spec = cls(name=name)
-        runtime = body.get("runtime", "python")
-        if runtime not in ("python", "command"):
-            raise ValidationError("must be 'python' or 'command'", field="runtime")
-        spec.runtime = runtime
-        if "version" in body and body["version"] is not None:
-            version = body["version"]
-            if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= 10**9:
-                raise ValidationError("must be a positive integer", field="version")
-            spec.version = version
-        if runtime == "python":
-            spec._parse_python(body)
-        else:
-            command = body.get("command")
-            if command is None:
-                raise ValidationError("is required for runtime 'command'", field="command")
-            spec.command = parse_argv(command, every_non_empty=True)
-        if "env" in body:
-            spec.env = parse_env(body["env"])
-        if "memory" in body:
-            spec.memory = parse_memory(body["memory"], field_name="memory")
-            if spec.memory < 16 * 2**20:
-                raise ValidationError("must be at least 16Mi", field="memory")
-        if "cpu" in body:
-            spec.cpu = parse_cpu(body["cpu"], field_name="cpu")
-        if "timeout_s" in body:
-            timeout = body["timeout_s"]
-            if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 900:
-                raise ValidationError("must be a number of seconds in (0, 900]", field="timeout_s")
-            spec.timeout_s = float(timeout)
-        if "max_concurrency" in body:
-            value = body["max_concurrency"]
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-                raise ValidationError("must be an integer between 1 and 1000", field="max_concurrency")
-            spec.max_concurrency = value
-        if "gpu" in body:
-            gpu = body["gpu"]
-            if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu <= 8:
-                raise ValidationError("must be an integer between 0 and 8", field="gpu")
-            spec.gpu = gpu
-        if body.get("mig") is not None:
-            if body["mig"] not in MIG_PROFILES:
-                raise ValidationError(f"unknown MIG profile; known: {', '.join(MIG_PROFILES)}", field="mig")
-            spec.mig = body["mig"]
-        if body.get("sla_latency_ms") is not None:
-            sla = body["sla_latency_ms"]
-            if isinstance(sla, bool) or not isinstance(sla, int | float) or sla <= 0:
-                raise ValidationError("must be a positive number of milliseconds", field="sla_latency_ms")
-            spec.sla_latency_ms = float(sla)
-        spec.affinity = Affinity.parse(body.get("affinity"), "affinity", allow_labels=False)
-        return spec
-
-    def _parse_python(self, body: dict[str, Any]) -> None:
-        handler = body.get("handler")
-        if handler is None:
-            raise ValidationError(
-                "is required: a function name in source, or 'module:function'", field="handler"
-            )
-        if not isinstance(handler, str) or not HANDLER_RE.match(handler):
-            raise ValidationError("must be an identifier or 'module:function'", field="handler")
-        self.handler = handler
-        source = body.get("source")
-        if source is not None:
-            if not isinstance(source, str) or not source.strip():
-                raise ValidationError("must be non-empty Python source", field="source")
-            if len(source.encode()) > MAX_SOURCE:
-                raise ValidationError(f"larger than {MAX_SOURCE} bytes", field="source")
-            try:
-                tree = ast.parse(source)
-            except SyntaxError as exc:
-                raise ValidationError(
-                    f"not valid Python: {exc.msg} (line {exc.lineno})", field="source"
-                ) from None
-            defined = {
-                node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-            } | {
-                t.id
-                for node in tree.body
-                if isinstance(node, ast.Assign)
-                for t in node.targets
-                if isinstance(t, ast.Name)
-            }
-            if ":" in handler or handler not in defined:
-                raise ValidationError(
-                    f"{handler!r} is not defined at the top level of source", field="handler"
-                )
-            self.source = source
-        else:
-            if ":" not in handler:
-                raise ValidationError("without source, handler must be 'module:function'", field="handler")
-            path = body.get("path", "")
-            if not isinstance(path, str) or "\x00" in path:
-                raise ValidationError("must be a directory path on the agents", field="path")
-            self.path = path
+        """Validate a request body; raises ValidationError naming the first bad field."""
+        return FUNCTION.parse(body)
 
     def code(self) -> FunctionCode:
         """This version as an agent gets it in every invocation and pre-warm."""
@@ -214,3 +106,141 @@ class FunctionSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# --- The request model: each rule once, for the parser and the OpenAPI document --------------
+
+
+def _python_source(value: Any, where: str) -> str:
+    """Non-empty Python source that compiles, at most MAX_SOURCE bytes."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError("must be non-empty Python source", field=where)
+    if len(value.encode()) > MAX_SOURCE:
+        raise ValidationError(f"larger than {MAX_SOURCE} bytes", field=where)
+    try:
+        ast.parse(value)
+    except SyntaxError as exc:
+        raise ValidationError(f"not valid Python: {exc.msg} (line {exc.lineno})", field=where) from None
+    return value
+
+
+def _top_level_names(source: str) -> set[str]:
+    tree = ast.parse(source)
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)} | {
+        t.id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+
+
+def _handler_is_found(values: Mapping[str, Any], where: str) -> None:
+    """With source, the handler is a name defined at its top level; without, 'module:function'."""
+    if values["runtime"] != "python":
+        return
+    handler = values["handler"]
+    if values["source"]:
+        if ":" in handler or handler not in _top_level_names(values["source"]):
+            raise ValidationError(f"{handler!r} is not defined at the top level of source", field="handler")
+    elif ":" not in handler:
+        raise ValidationError("without source, handler must be 'module:function'", field="handler")
+
+
+def _python(values: Mapping[str, Any]) -> bool:
+    return bool(values["runtime"] == "python")
+
+
+def _command(values: Mapping[str, Any]) -> bool:
+    return bool(values["runtime"] == "command")
+
+
+# The same conditions in JSON Schema: runtime absent is python.
+_PYTHON_SCHEMA = {"properties": {"runtime": {"const": "python"}}}
+_COMMAND_SCHEMA = {"required": ["runtime"], "properties": {"runtime": {"const": "command"}}}
+
+
+FUNCTION: Model[FunctionSpec] = Model(
+    "FunctionSpec",
+    FunctionSpec,
+    (
+        Field(
+            "name",
+            Text("must be 1-63 lowercase letters, digits, '_' or '-'", NAME_RE),
+            required=True,
+            nullable=True,
+        ),
+        Field("runtime", Choice(("python", "command"), "must be 'python' or 'command'")),
+        Field(
+            "version",
+            Integer(1, 10**9, "must be a positive integer"),
+            nullable=True,
+            description="omit to get the next version (numbers of deleted versions are not reused)",
+        ),
+        Field(
+            "handler",
+            Text("must be an identifier or 'module:function'", HANDLER_RE),
+            required=True,
+            required_message="is required: a function name in source, or 'module:function'",
+            nullable=True,
+            when=_python,
+            when_schema=_PYTHON_SCHEMA,
+            description="a name in source, or module:function (required for runtime python)",
+        ),
+        Field(
+            "source",
+            # Hand-written: that it compiles and defines the handler is checked, not stated.
+            Custom(_python_source, {"type": "string", "minLength": 1, "maxLength": MAX_SOURCE}),
+            nullable=True,
+            when=_python,
+            check=_handler_is_found,
+            description="Python source defining the handler (runtime python; at most "
+            f"{MAX_SOURCE} bytes as UTF-8)",
+        ),
+        Field(
+            "path",
+            Text("must be a directory path on the agents", no_nul=True),
+            when=lambda values: _python(values) and not values["source"],
+            description="directory on the agents to import module:function from (without source)",
+        ),
+        Field(
+            "command",
+            # Hand-written: as ARGV, but every argument non-empty.
+            Custom(
+                lambda value, where: parse_argv(value, where, every_non_empty=True),
+                {"type": "array", "items": NON_EMPTY, "minItems": 1},
+            ),
+            required=True,
+            required_message="is required for runtime 'command'",
+            nullable=True,
+            when=_command,
+            when_schema=_COMMAND_SCHEMA,
+            description="argv (required for runtime command)",
+        ),
+        Field("env", ENV),
+        Field("memory", memory_kind(16 * 2**20, "must be at least 16Mi")),
+        Field("cpu", CPU),
+        Field(
+            "timeout_s",
+            Number("must be a number of seconds in (0, 900]", 0, 900, exclusive_low=True),
+        ),
+        Field("max_concurrency", Integer(1, 1000)),
+        Field("gpu", Integer(0, 8)),
+        Field(
+            "mig",
+            Choice(tuple(MIG_PROFILES), f"unknown MIG profile; known: {', '.join(MIG_PROFILES)}"),
+            nullable=True,
+        ),
+        Field(
+            "sla_latency_ms",
+            Number("must be a positive number of milliseconds", 0, exclusive_low=True),
+            nullable=True,
+        ),
+        Field("affinity", Nested(AFFINITY_WITHOUT_LABELS), nullable=True),
+    ),
+    example={
+        "name": "echo",
+        "source": "def handler(event, context):\n    return event\n",
+        "handler": "handler",
+    },
+)
