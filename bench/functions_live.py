@@ -28,6 +28,7 @@ from controlplane.federation.config import single_cluster
 from controlplane.hub.runner import RunningHub, start_hub
 from controlplane.hub.service import HubSettings
 from controlplane.natsd import NatsServer
+from controlplane.serverless.keepalive import make_policy
 from controlplane.store.identities import IdentityStore
 
 # Bearer headers per hub URL (each hub run has its own store and admin token).
@@ -56,7 +57,8 @@ async def call(http: aiohttp.ClientSession, base: str, name: str, event: object)
 async def hub_with_agents(
     tmp: str, nats_url: str, agents: int, policy: str, tag: str
 ) -> tuple[RunningHub, list]:
-    settings = HubSettings(nats_url=nats_url, federation=single_cluster(), function_policy=policy)
+    keepalive = make_policy(policy)
+    settings = HubSettings(nats_url=nats_url, federation=single_cluster(), function_policy=keepalive)
     hub = await start_hub(settings, database_url=f"sqlite+aiosqlite:///{tmp}/{tag}.sqlite3", port=0)
     admin = await IdentityStore(hub.hub.store).create_api_token("bench", ["admin"])
     AUTH[hub.url] = {"Authorization": f"Bearer {admin.token}"}

@@ -56,7 +56,6 @@ from edgeplane_contract.messages import (
     decode,
     encode,
 )
-from edgeplane_contract.objective import RewardConfig
 from edgeplane_contract.transport import DEFAULT_MAX_PAYLOAD, PAYLOAD_MARGIN, connect_nats
 
 from edge_agent import __version__
@@ -128,7 +127,7 @@ class Agent:
         self.power = power or SysfsPowerReader(config.power_supply_path)
         self.gpus = gpus or NvmlGpuReader()
         self.boot_id = uuid.uuid4().hex
-        self.reward_config = RewardConfig.from_dict(config.reward)
+        self.reward_config = config.reward
         self.policy: Any = None  # LocalPolicy, loaded in run() (it logs its fallback warning once)
         self.decisions = DecisionLog(limit=config.decision_log_limit, epsilon=config.privacy_epsilon)
         cpu_limiter: CpuLimiter = NoCpuLimit()

@@ -43,6 +43,7 @@ import yaml
 from edgeplane_contract.credentials import NatsTls
 from edgeplane_contract.errors import ConfigError, ValidationError
 from edgeplane_contract.messages import DEFAULT_PREFIX
+from edgeplane_contract.objective import RewardConfig
 from edgeplane_contract.resources import parse_cpu, parse_memory
 
 __all__ = ["AgentConfig", "load_agent_config"]
@@ -70,7 +71,7 @@ class AgentConfig:
     stop_grace_s: float = 5.0
     outbox_limit: int = 10000
     function_memory: int | None = None  # memory for function instances; default half the node's
-    reward: dict[str, Any] = field(default_factory=dict)  # weights + adaptive rule (RewardConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)  # weights + adaptive rule, parsed once
     local_policy: bool = True  # answer the hub's bids with the local policy
     policy_model: str | None = None  # default: the int8 model shipped in the package
     privacy_epsilon: float = 0.1  # Laplace noise on rewards that leave the node
@@ -232,12 +233,9 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
     if not isinstance(reward, dict):
         raise fail("reward", "must be a mapping with weights and adaptive")
     try:
-        from edgeplane_contract.objective import RewardConfig
-
-        RewardConfig.from_dict(reward)
+        cfg.reward = RewardConfig.from_dict(reward)
     except (ValueError, TypeError) as exc:
         raise fail("reward", str(exc)) from None
-    cfg.reward = dict(reward)
     local_policy = data.get("local_policy", True)
     if not isinstance(local_policy, bool):
         raise fail("local_policy", "must be true or false")

@@ -17,8 +17,9 @@ from typing import Any
 
 log = logging.getLogger("edgeplane.aio")
 
-# A task that ignored a cancellation is cancelled again this often (leaves time for cleanup).
-_RECANCEL_S = 1.0
+# A task that ignored a cancellation is cancelled again this often: long enough for the cleanup a
+# cancellation starts (a store rollback under load) to finish before it could be cut short.
+_RECANCEL_S = 5.0
 
 
 async def wait_set(event: asyncio.Event, within_s: float) -> bool:
@@ -31,7 +32,9 @@ async def wait_set(event: asyncio.Event, within_s: float) -> bool:
     return event.is_set()
 
 
-async def stop_task(task: asyncio.Task[Any] | None, *, within_s: float = 10.0) -> bool:
+async def stop_task(
+    task: asyncio.Task[Any] | None, *, within_s: float = 10.0, recancel_s: float = _RECANCEL_S
+) -> bool:
     """Cancel ``task`` and wait until it has ended; True when it did within ``within_s``.
 
     A task that swallowed the cancellation is cancelled again; its exception, if any, is
@@ -46,7 +49,7 @@ async def stop_task(task: asyncio.Task[Any] | None, *, within_s: float = 10.0) -
             log.warning("task %s did not stop within %.0fs of its cancellation", task.get_name(), within_s)
             return False
         task.cancel()
-        await asyncio.wait({task}, timeout=min(_RECANCEL_S, remaining))
+        await asyncio.wait({task}, timeout=min(recancel_s, remaining))
     if not task.cancelled():
         with contextlib.suppress(BaseException):
             task.exception()

@@ -99,7 +99,8 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scheduler",
         default="edgeplane",
-        help="placement profile: edgeplane (default), default (kube-like), binpack (Volcano-like), or fit",
+        help="placement profile: edgeplane (default), default (kube-like), binpack (Volcano-like), "
+        "or a profile YAML file",
     )
     parser.add_argument(
         "--bid-deadline-ms",
@@ -180,15 +181,16 @@ def chosen_cluster(args: argparse.Namespace) -> ClusterConfig:
 
 
 def check_function_policy(args: argparse.Namespace) -> None:
-    """Fail at start (ConfigError) on an unknown --function-policy, --scheduler or bad deadline."""
+    """Fail at start (ConfigError) on an unknown --function-policy, --scheduler or bad deadline;
+    the parsed profile and policy go into ``args.profile`` and ``args.keepalive_policy``, for
+    ``hub_settings`` (parsed once, here)."""
     from controlplane.scheduling.profiles import load_profile
-    from controlplane.serverless.keepalive import POLICY_NAMES
+    from controlplane.serverless.keepalive import POLICY_NAMES, make_policy
 
-    if args.scheduler != "fit":
-        try:
-            load_profile(args.scheduler)
-        except Exception as exc:
-            raise ConfigError("<command line>", "--scheduler", str(exc)) from None
+    try:
+        args.profile = load_profile(args.scheduler)
+    except Exception as exc:
+        raise ConfigError("<command line>", "--scheduler", str(exc)) from None
     if not 0 <= args.bid_deadline_ms <= 10_000:
         raise ConfigError("<command line>", "--bid-deadline-ms", "must be between 0 and 10000")
     if not 0 < args.nats_connect_timeout <= 3600:
@@ -200,6 +202,7 @@ def check_function_policy(args: argparse.Namespace) -> None:
         raise ConfigError(
             "<command line>", "--function-policy", f"unknown policy; known: {', '.join(POLICY_NAMES)}"
         )
+    args.keepalive_policy = make_policy(args.function_policy)
 
 
 def hub_settings(
@@ -213,8 +216,8 @@ def hub_settings(
         federation=federation,
         lease_missed_heartbeats=args.lease_missed,
         nats_connect_within_s=args.nats_connect_timeout,
-        function_policy=args.function_policy,
-        scheduler=args.scheduler,
+        function_policy=args.keepalive_policy,
+        scheduler=args.profile,
         bid_deadline_ms=args.bid_deadline_ms,
         nats_seed=nats.seed if nats else None,
         nats_tls=nats.tls if nats else None,

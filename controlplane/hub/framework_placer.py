@@ -19,6 +19,7 @@ from controlplane.scheduling.model import (
     NodeState,
     WorkloadRequest,
 )
+from controlplane.scheduling.profiles import Profile
 from controlplane.scheduling.scheduler import Scheduler
 
 __all__ = ["FrameworkPlacer", "to_request"]
@@ -56,7 +57,9 @@ class FrameworkPlacer:
     """Placer backed by :class:`Scheduler` with a named (or inline) profile."""
 
     def __init__(
-        self, profile: str | dict[str, Any] = "edgeplane", federation: FederationConfig | None = None
+        self,
+        profile: str | dict[str, Any] | Profile = "edgeplane",
+        federation: FederationConfig | None = None,
     ) -> None:
         self.scheduler = Scheduler(profile, federation)
         self.nodes: dict[str, PlacementNode] = {}

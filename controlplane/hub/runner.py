@@ -19,8 +19,10 @@ from controlplane.bus.authority import NatsAuthority
 from controlplane.bus.hub_bus import HubBus
 from controlplane.errors import StartupError
 from controlplane.federation.config import FederationConfig
-from controlplane.hub.placement import FitPlacer, Placer
+from controlplane.hub.framework_placer import FrameworkPlacer
+from controlplane.hub.placement import Placer
 from controlplane.hub.service import Hub, HubSettings
+from controlplane.scheduling.profiles import Profile
 from controlplane.serverless.service import FunctionService, ServerlessSettings
 from controlplane.store.store import Store
 
@@ -29,13 +31,9 @@ __all__ = ["RunningHub", "build_hub", "make_placer", "start_hub"]
 log = logging.getLogger("edgeplane.hub")
 
 
-def make_placer(name: str, federation: FederationConfig) -> Placer:
-    """``fit`` is the first placer; any other name is a scheduling-framework profile."""
-    if name == "fit":
-        return FitPlacer()
-    from controlplane.hub.framework_placer import FrameworkPlacer
-
-    return FrameworkPlacer(name, federation)
+def make_placer(profile: Profile, federation: FederationConfig) -> Placer:
+    """The scheduling framework with ``profile``: the one placement engine of workloads."""
+    return FrameworkPlacer(profile, federation)
 
 
 def build_hub(settings: HubSettings, store: Store) -> Hub:

@@ -52,6 +52,8 @@ from controlplane.hub.placement import Placer, ReplicaChoice
 from controlplane.hub.registration import RegistrationLimits
 from controlplane.hub.registry import NodeRegistry, placement_node
 from controlplane.hub.spec import WorkloadSpec
+from controlplane.scheduling.profiles import Profile, load_profile
+from controlplane.serverless.keepalive import Policy, make_policy
 from controlplane.store import queries
 from controlplane.store.identities import IdentityStore
 from controlplane.store.models import NodeRow, PlacementRow, WorkloadRow
@@ -63,6 +65,10 @@ if TYPE_CHECKING:  # the composition root builds it; the hub only calls it
 __all__ = ["Hub", "HubSettings"]
 
 log = logging.getLogger("edgeplane.hub")
+
+
+# How long stop() lets a reconcile round finish before it cancels the loop.
+STOP_GRACE_S = 10.0
 
 
 def new_id() -> str:
@@ -77,8 +83,10 @@ class HubSettings:
     reconcile_interval_s: float = 0.5
     command_timeout_s: float = 2.0
     nats_connect_within_s: float = 30.0
-    function_policy: str = "edgeplane"
-    scheduler: str = "edgeplane"  # a scheduling profile name, or "fit" (filter + least-allocated)
+    # Parsed once, at the entry point (``commands.common.hub_settings``): the function keep-alive
+    # policy (fresh, it learns from this hub's arrivals) and the placement profile.
+    function_policy: Policy = field(default_factory=lambda: make_policy("edgeplane"))
+    scheduler: Profile = field(default_factory=lambda: load_profile("edgeplane"))
     bid_deadline_ms: float = 50.0  # how long the bid round waits for local policies; 0: no bids
     hub_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     nats_seed: str | None = field(default=None, repr=False)  # the hub's nkey seed; None: anonymous
@@ -138,6 +146,7 @@ class Hub:
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._seen_reports = _Seen()
         self._active: dict[str, tuple[str, int, str]] = {}  # placement id -> (workload, replica, node)
         self._last_hello = 0.0
@@ -157,7 +166,16 @@ class Hub:
         log.info("hub %s started", self.settings.hub_id)
 
     async def stop(self) -> None:
-        await stop_task(self._task)
+        # The loop ends between rounds; cancelling it inside a store transaction could leave
+        # SQLite's write lock with a connection whose rollback was cut short. Cancelled only
+        # when a round outlasts the grace.
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            _, running = await asyncio.wait({self._task}, timeout=STOP_GRACE_S)
+            if running:
+                log.warning("reconcile loop still running %.0fs after the stop: cancelled", STOP_GRACE_S)
+            await stop_task(self._task)
         self._task = None
         for task in self.dispatch.background():
             await stop_task(task)
@@ -195,13 +213,15 @@ class Hub:
         self._wake.set()
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self.reconcile_once()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("reconcile failed; retrying")
+            if self._stopping:
+                break
             await wait_set(self._wake, self.settings.reconcile_interval_s)
             self._wake.clear()
 

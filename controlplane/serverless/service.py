@@ -79,7 +79,7 @@ RECONNECT_WAIT_S = 15.0
 
 @dataclass(slots=True)
 class ServerlessSettings:
-    policy: str = "edgeplane"
+    policy: Policy = field(default_factory=lambda: make_policy("edgeplane"))  # parsed at the entry
     energy: EnergyWeights = field(default_factory=EnergyWeights)
     battery_keep_alive_factor: float = 0.5  # battery nodes keep idle instances this fraction as long
     max_keep_alive_s: float = 4 * 3600.0
@@ -116,7 +116,7 @@ class FunctionService:
     def __init__(self, hub: FunctionHost, settings: ServerlessSettings | None = None) -> None:
         self.hub = hub
         self.settings = settings or ServerlessSettings()
-        self.policy: Policy = make_policy(self.settings.policy)
+        self.policy: Policy = self.settings.policy
         self.estimates = Estimates()
         self.specs: dict[str, dict[int, FunctionSpec]] = {}
         self.stats: dict[str, FunctionStats] = {}

@@ -25,6 +25,8 @@ from controlplane.federation.config import FederationConfig, single_cluster
 from controlplane.hub.runner import RunningHub, start_hub
 from controlplane.hub.service import HubSettings
 from controlplane.natsd import NatsServer
+from controlplane.scheduling.profiles import load_profile
+from controlplane.serverless.keepalive import make_policy
 from controlplane.store.identities import IdentityStore
 from edge_agent.agent import Agent
 from edge_agent.config import AgentConfig
@@ -107,6 +109,11 @@ def hub_settings(nats_url: str, federation: FederationConfig | None = None, **ov
         "nats_connect_within_s": 5.0,
     }
     values.update(overrides)
+    # Tests name a keep-alive policy or profile; the hub takes them parsed (as the CLI does).
+    if isinstance(values.get("function_policy"), str):
+        values["function_policy"] = make_policy(values["function_policy"])
+    if isinstance(values.get("scheduler"), str):
+        values["scheduler"] = load_profile(values["scheduler"])
     return HubSettings(**values)
 
 

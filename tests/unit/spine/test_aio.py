@@ -54,7 +54,7 @@ async def test_stop_task_cancels_again_a_task_that_swallowed_the_first_cancel():
 
     task = asyncio.create_task(stubborn())
     await asyncio.sleep(0)
-    assert await stop_task(task, within_s=5.0) is True
+    assert await stop_task(task, within_s=5.0, recancel_s=0.1) is True
     assert task.cancelled() and cancels == 2
 
 
@@ -70,7 +70,7 @@ async def test_stop_task_gives_up_after_its_bound_instead_of_hanging(caplog):
     await asyncio.sleep(0)
     loop = asyncio.get_running_loop()
     begin = loop.time()
-    assert await stop_task(task, within_s=0.3) is False
+    assert await stop_task(task, within_s=0.3, recancel_s=0.1) is False
     assert loop.time() - begin < 1.0
     assert "immortal did not stop" in caplog.text
     released.set()
