@@ -30,6 +30,7 @@ from controlplane.scheduling.types import Code, Rejection
 
 __all__ = [
     "ACCELERATOR_POLICIES",
+    "RESOURCE_FIT",
     "ActionSpace",
     "ActionSpaceConfig",
     "Candidates",
@@ -37,6 +38,8 @@ __all__ = [
 ]
 
 ACCELERATOR_POLICIES = ("first_fit", "best_fit")
+# What explanations call the resource part of the mask (the name of the plugin that reports it).
+RESOURCE_FIT = "NodeResourcesFit"
 _EMPTY_GPU_VALUE = float(VALUE_TABLE[0, 0])
 # comb(n, k) for device counts up to 64 (the request limit), so counting is a table lookup.
 _COMB = np.array([[math.comb(n, k) for k in range(65)] for n in range(65)], dtype=np.int64)

@@ -30,6 +30,7 @@ from edgeplane_contract.arrays import BoolArray, FloatArray, IntArray, clip
 from controlplane.scheduling.types import Code, Rejection, Status
 
 if TYPE_CHECKING:
+    from edgeplane_contract.objective import RewardConfig
     from edgeplane_contract.power import PowerModel
 
     from controlplane.scheduling.actions import Candidates
@@ -46,8 +47,10 @@ __all__ = [
     "STATE_REPLICA",
     "BindPlugin",
     "BoolArray",
+    "CandidateExplainer",
     "Code",
     "CycleState",
+    "EnergyRuled",
     "FilterPlugin",
     "FloatArray",
     "Handle",
@@ -59,6 +62,8 @@ __all__ = [
     "PreFilterPlugin",
     "Rejection",
     "ReservePlugin",
+    "ResourceFitFilter",
+    "RewardScorer",
     "ScoreNormalizer",
     "ScorePlugin",
     "Status",
@@ -192,6 +197,44 @@ class BindPlugin(Plugin, Protocol):
     def bind(
         self, state: CycleState, request: WorkloadRequest, replica: int, node: int, assignment: Assignment
     ) -> Status: ...
+
+
+# Capabilities: optional parts of a plugin the core asks for by what they do, never by the
+# plugin's name or class (a profile may swap a plugin for another that offers the same).
+
+
+@runtime_checkable
+class RewardScorer(Protocol):
+    """Scores by the reward R under this configuration; ``Scheduler.reward_of`` (what trainers
+    learn from) uses the last such plugin's configuration, else the contract's default."""
+
+    @property
+    def reward_config(self) -> RewardConfig: ...
+
+
+@runtime_checkable
+class EnergyRuled(Protocol):
+    """Weighs energy per node by this rule; when its adaptive (battery) rule is on, the profile is
+    battery-aware and ``Scheduler.energy_weights`` follows the last such plugin's rule."""
+
+    @property
+    def energy_rule(self) -> RewardConfig: ...
+
+
+@runtime_checkable
+class CandidateExplainer(Protocol):
+    """Adds fields to a scored candidate's explanation (``k``: its index among the cycle's
+    candidates) from what the plugin left in the cycle state; an empty dict adds nothing."""
+
+    def explain_candidate(self, state: CycleState, k: int) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ResourceFitFilter(Protocol):
+    """Reports the action space's resource rejections itself when ``reports_resource_fit``; without
+    such a plugin the core applies them (resource masking is never optional)."""
+
+    reports_resource_fit: bool
 
 
 PluginFactory = Callable[[Mapping[str, Any], Handle], Plugin]

@@ -1,4 +1,5 @@
-"""From a run's raw record to the reported metrics (one definition for every scheduler).
+"""From a run's end state to its raw record, and from the record to the reported metrics (one
+definition for every scheduler).
 
 * ``mean_utilization``: requested CPU and memory over the capacity of powered-on nodes,
   time-averaged over the measured window, mean of the two (``cpu_utilization`` and
@@ -24,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from controlplane.sim.engine import RunRecord
+from controlplane.sim.physics import SimNode, SimTask
+from controlplane.sim.record import RunRecord
 
-__all__ = ["HEADLINE_KEYS", "summarise"]
+__all__ = ["HEADLINE_KEYS", "record_outcomes", "summarise"]
 
 HEADLINE_KEYS = (
     "mean_utilization",
@@ -112,3 +114,46 @@ def summarise(rec: RunRecord) -> dict[str, Any]:
         "wall_s": rec.wall_s,
         "by_class": by_class,
     }
+
+
+def record_outcomes(
+    rec: RunRecord, nodes: list[SimNode], tasks: list[SimTask], stats: dict[str, int], wall_s: float
+) -> None:
+    """Fill in what a run's record takes from the end state: batteries, and one entry per
+    measured task (latency, SLA, queueing, stretch) in arrival order."""
+    rec.wall_s = wall_s
+    rec.stats = dict(stats)
+    batteries = [n for n in nodes if n.has_battery]
+    rec.battery_nodes = len(batteries)
+    rec.depleted_batteries = sum(1 for n in batteries if n.dead_events > 0)
+    if batteries:
+        rec.min_battery_pct = min(n.min_battery_pct for n in batteries)
+        rec.battery_drawn_wh = sum(n.battery_drawn_wh for n in batteries)
+    for task in tasks:
+        spec = task.spec
+        if not spec.measured:
+            continue
+        latency = task.done_at - spec.arrival_s if task.done_at is not None else None
+        if not task.resolved:
+            rec.unfinished += 1
+        violated = spec.sla_s is not None and (task.dropped or latency is None or latency > spec.sla_s)
+        started_in_time = task.full_start is not None and (
+            spec.patience_s is None or task.full_start - spec.arrival_s <= spec.patience_s + 1e-9
+        )
+        rec.tasks.append(
+            {
+                "cls": spec.cls,
+                "kind": spec.kind,
+                "latency_s": latency,
+                "sla_s": spec.sla_s,
+                "violated": violated,
+                "dropped": task.dropped,
+                "large_gpu": spec.large_gpu,
+                "started_in_time": started_in_time,
+                "queue_s": (task.full_start - spec.arrival_s) if task.full_start is not None else None,
+                "stretch": (task.done_at - task.full_start) / spec.runtime_s
+                if task.done_at is not None and task.full_start is not None and spec.runtime_s > 0
+                else None,
+                "restarts": task.restarts,
+            }
+        )

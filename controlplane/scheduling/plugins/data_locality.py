@@ -1,8 +1,9 @@
 """DataLocality: prefer nodes that can read the workload's input data fastest.
 
 The transfer time of ``data_bytes`` from ``data_location`` (a node or a region) to each node comes
-from the topology graph (measured latency/bandwidth on a sliding window). Score: minus that
-time, normalised so the fastest candidate gets 100 and the slowest 0.
+from the topology graph (measured latency/bandwidth on a sliding window; the estimate is
+:func:`~controlplane.scheduling.data_transfer.transfer_seconds`, still importable from here).
+Score: minus that time, normalised so the fastest candidate gets 100 and the slowest 0.
 """
 
 from __future__ import annotations
@@ -14,14 +15,8 @@ from typing import Any
 import numpy as np
 
 from controlplane.scheduling.actions import Candidates
-from controlplane.scheduling.framework import (
-    MAX_NODE_SCORE,
-    STATE_NOW,
-    CycleState,
-    FloatArray,
-    Handle,
-    IntArray,
-)
+from controlplane.scheduling.data_transfer import transfer_seconds
+from controlplane.scheduling.framework import MAX_NODE_SCORE, STATE_NOW, CycleState, FloatArray, Handle
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.plugins.args import decode_args
 
@@ -33,26 +28,6 @@ NAME = "DataLocality"
 @dataclass(frozen=True, slots=True)
 class DataLocalityArgs:
     """No arguments (link defaults and the window are the topology graph's)."""
-
-
-def transfer_seconds(handle: Handle, request: WorkloadRequest, rows: IntArray, now: float) -> FloatArray:
-    """Seconds to bring the workload's input to each node in ``rows`` (zeros if it has none)."""
-    if not request.data_location or request.data_bytes <= 0:
-        return np.zeros(len(rows))
-    nodes = handle.nodes
-    topo = handle.topology
-    location = request.data_location
-    src = nodes.index.get(location)
-    if src is not None:
-        per_zone = topo.transfer_s_from_zone(int(nodes.zone[src]), request.data_bytes, now)
-        times = per_zone[nodes.zone[rows]] if len(per_zone) else np.zeros(len(rows))
-        local: FloatArray = np.where(rows == src, request.data_bytes / topo.defaults.local_bandwidth, times)
-        return local
-    if location in nodes.regions.ids:
-        per_zone = topo.transfer_s_from_region(location, request.data_bytes)
-        result: FloatArray = per_zone[nodes.zone[rows]] if len(per_zone) else np.zeros(len(rows))
-        return result
-    return np.zeros(len(rows))
 
 
 class DataLocality:

@@ -81,6 +81,11 @@ class Energy:
         result: FloatArray = -relative * weight
         return result
 
+    @property
+    def energy_rule(self) -> RewardConfig:
+        """The battery rule it weighs energy by (the framework's EnergyRuled capability)."""
+        return self.rule
+
     def normalize(self, state: CycleState, raw: FloatArray) -> FloatArray:
         if len(raw) == 0:
             return raw

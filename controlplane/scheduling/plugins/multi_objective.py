@@ -17,10 +17,10 @@ import numpy as np
 from edgeplane_contract.objective import IO_HEAVY_KINDS, RewardConfig, RewardInputs, reward_terms
 
 from controlplane.scheduling.actions import Candidates
+from controlplane.scheduling.data_transfer import transfer_seconds
 from controlplane.scheduling.framework import MAX_NODE_SCORE, STATE_NOW, CycleState, FloatArray, Handle, clip
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.plugins.args import decode_args
-from controlplane.scheduling.plugins.data_locality import transfer_seconds
 from controlplane.scheduling.plugins.energy import fleet_max_w, power_terms
 
 __all__ = ["NAME", "STATE_TERMS", "MultiObjective", "MultiObjectiveArgs", "new"]
@@ -91,6 +91,33 @@ class MultiObjective:
     def normalize(self, state: CycleState, raw: FloatArray) -> FloatArray:
         result: FloatArray = MAX_NODE_SCORE * clip((raw - self.floor) / (self.ceiling - self.floor), 0.0, 1.0)
         return result
+
+    @property
+    def reward_config(self) -> RewardConfig:
+        """The reward this plugin scores by (the framework's RewardScorer capability)."""
+        return self.config
+
+    @property
+    def energy_rule(self) -> RewardConfig:
+        """Its battery rule is the reward's ``adaptive`` block (the EnergyRuled capability)."""
+        return self.config
+
+    def explain_candidate(self, state: CycleState, k: int) -> dict[str, Any]:
+        """The reward terms of candidate ``k`` from this cycle's score (CandidateExplainer)."""
+        terms = state.get(STATE_TERMS)
+        if terms is None:
+            return {}
+        return {
+            "reward": {
+                "total": float(terms.total[k]),
+                "R_util": float(terms.util[k]),
+                "R_qos": float(terms.qos[k]),
+                "R_energy": float(terms.energy[k]),
+                "R_penalty": float(terms.penalty[k]),
+                "w3_effective": float(terms.w_energy[k]),
+                "predicted_latency_s": float(terms.predicted_latency_s[k]),
+            }
+        }
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> MultiObjective:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.scheduling.actions import NodeActions
+from controlplane.scheduling.actions import RESOURCE_FIT, NodeActions
 from controlplane.scheduling.framework import STATE_ACTIONS, CycleState, Handle, Rejection
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.nodetable import NodeTable
@@ -18,7 +18,7 @@ from controlplane.scheduling.plugins.args import decode_args
 
 __all__ = ["NAME", "NodeResourcesFit", "NodeResourcesFitArgs", "new"]
 
-NAME = "NodeResourcesFit"
+NAME = RESOURCE_FIT  # its rejections carry the label the core gives them without it
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,7 @@ class NodeResourcesFitArgs:
 
 class NodeResourcesFit:
     name = NAME
+    reports_resource_fit = True  # the framework's ResourceFitFilter capability
 
     def filter(self, state: CycleState, request: WorkloadRequest, nodes: NodeTable) -> list[Rejection]:
         actions: NodeActions = state.read(STATE_ACTIONS)

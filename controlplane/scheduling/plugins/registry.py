@@ -6,6 +6,9 @@ plugin) call :func:`register` before a profile that names them is built.
 :data:`VALIDATORS` holds optional checks of a plugin's args that must fail when the profile is
 loaded (``profiles.parse_profile``), not later when a scheduler builds the plugin: for example a
 model file the plugin needs. A validator raises ValueError or TypeError with the reason.
+
+:data:`INHERITS_PROFILE_REWARD` names the plugins whose ``reward`` argument defaults to the
+profile's reward block.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from controlplane.scheduling.plugins import (
     volcano_binpack,
 )
 
-__all__ = ["REGISTRY", "VALIDATORS", "ArgsValidator", "register"]
+__all__ = ["INHERITS_PROFILE_REWARD", "REGISTRY", "VALIDATORS", "ArgsValidator", "register"]
 
 ArgsValidator = Callable[[Mapping[str, Any]], None]
 
@@ -57,6 +60,10 @@ REGISTRY: dict[str, PluginFactory] = {
 VALIDATORS: dict[str, ArgsValidator] = {
     local_policy_bid.NAME: local_policy_bid.validate,
 }
+
+# Plugins whose ``reward`` argument defaults to the profile's ``reward`` block (a scheduler fills
+# it in when the profile's entry gives none).
+INHERITS_PROFILE_REWARD: set[str] = {multi_objective.NAME}
 
 
 def register(

@@ -1,0 +1,221 @@
+"""One scheduling cycle for one replica: PreFilter, Filter (masks), sample, Score, select.
+
+Reserve and Bind follow in :mod:`.commit`; PostFilter (preemption, merges) in :mod:`.placement`
+when a cycle finds no node.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from controlplane.scheduling.actions import RESOURCE_FIT, ActionSpace, NodeActions
+from controlplane.scheduling.explain import PluginScores, explain_choice, mask_report
+from controlplane.scheduling.framework import (
+    MAX_NODE_SCORE,
+    STATE_ACTIONS,
+    STATE_EXCLUDED,
+    STATE_NOW,
+    STATE_REPLICA,
+    BoolArray,
+    Code,
+    CycleState,
+    FloatArray,
+    Rejection,
+    Status,
+    clip,
+)
+from controlplane.scheduling.model import Assignment, WorkloadRequest
+from controlplane.scheduling.nodetable import NodeTable
+from controlplane.scheduling.plugin_set import PluginSet
+from controlplane.scheduling.profiles import Profile
+
+__all__ = ["Cycle", "CycleRunner"]
+
+_UNRESOLVABLE = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+
+
+@dataclass(slots=True)
+class Cycle:
+    """The result of one scheduling cycle for one replica."""
+
+    status: Status
+    state: CycleState
+    row: int = -1
+    assignment: Assignment | None = None
+    unresolvable: BoolArray | None = None
+    explanation: dict[str, Any] | None = None
+
+
+class CycleRunner:
+    """Runs cycles over the scheduler's node table with its plugins.
+
+    Holds the state that carries from cycle to cycle: the rotating start of node sampling and
+    the tie-break random stream. ``unavailable`` (clusters) and ``stats`` are the scheduler's own
+    objects, shared, not copies.
+    """
+
+    def __init__(
+        self,
+        nodes: NodeTable,
+        plugins: PluginSet,
+        profile: Profile,
+        *,
+        clock: Callable[[], float],
+        rng: random.Random,
+        unavailable: set[str],
+        stats: dict[str, int],
+        explain_top: int,
+    ) -> None:
+        self.nodes = nodes
+        self.plugins = plugins
+        self.profile = profile
+        self.space = ActionSpace(profile.action_space)
+        self.clock = clock
+        self.rng = rng
+        self.unavailable = unavailable
+        self.stats = stats
+        self.explain_top = explain_top
+        self.next_start = 0
+        """Where the next sampled cycle starts looking (reset when the node rows shift)."""
+
+    def rejections(
+        self, state: CycleState, request: WorkloadRequest, actions: NodeActions, restrict: BoolArray | None
+    ) -> list[tuple[str, Rejection]]:
+        """Every reason a node is out, labelled by who rejects it, in the order they count."""
+        t = self.nodes
+        out: list[tuple[str, Rejection]] = []
+        if self.unavailable:
+            ids = [t.clusters.ids[c] for c in self.unavailable if c in t.clusters.ids]
+            out.append(
+                ("Federation", Rejection(np.isin(t.cluster, ids), "cluster unavailable", _UNRESOLVABLE))
+            )
+        if restrict is not None:
+            out.append(
+                (
+                    "ClusterPlacement",
+                    Rejection(~restrict, "node(s) not in the planned cluster", _UNRESOLVABLE),
+                )
+            )
+        if self.plugins.fit_builtin:
+            out.extend((RESOURCE_FIT, r) for r in actions.rejections)
+        for plugin in self.plugins.filters:
+            out.extend((plugin.name, r) for r in plugin.filter(state, request, t))
+        return out
+
+    def sample(self, feasible: np.ndarray, n: int) -> np.ndarray:
+        """kube-scheduler's percentageOfNodesToScore with a rotating start index."""
+        pct = self.profile.percentage_of_nodes_to_score
+        if pct == 100 or n < 100:
+            return feasible
+        if pct == 0:
+            pct = max(5, 50 - n // 125)
+        limit = max(100, n * pct // 100)
+        start = self.next_start % n
+        if len(feasible) <= limit:
+            self.next_start = start  # visited every node: the index wraps to where it was
+            return feasible
+        order = np.concatenate([feasible[feasible >= start], feasible[feasible < start]])
+        chosen = order[:limit]
+        processed = int((chosen[-1] - start) % n) + 1
+        self.next_start = (start + processed) % n
+        return chosen
+
+    def select(self, total: FloatArray) -> int:
+        """The best-ranked candidate; ties broken by the profile's rule."""
+        best = float(total.max())
+        ties = np.flatnonzero(total >= best)
+        if len(ties) == 1 or self.profile.tie_break == "first":
+            return int(ties[0])
+        return int(ties[self.rng.randrange(len(ties))])
+
+    def run(self, request: WorkloadRequest, replica: int, restrict: BoolArray | None, explain: bool) -> Cycle:
+        """One cycle for ``replica``, over the nodes in ``restrict`` (all when None)."""
+        self.stats["cycles"] += 1
+        t = self.nodes
+        n = len(t)
+        state = CycleState()
+        state.write(STATE_NOW, self.clock())
+        state.write(STATE_REPLICA, replica)
+        for pre in self.plugins.pre_filters:
+            status = pre.pre_filter(state, request, t)
+            if not status.ok:
+                return Cycle(
+                    status=replace(status, plugin=status.plugin or pre.name),
+                    state=state,
+                    unresolvable=np.ones(n, dtype=bool),
+                )
+        actions = self.space.analyse(t, request.resources)
+        state.write(STATE_ACTIONS, actions)
+        rejections = self.rejections(state, request, actions, restrict)
+        rejected = np.zeros(n, dtype=bool)
+        unresolvable = np.zeros(n, dtype=bool)
+        first = np.full(n, -1, dtype=np.int64)
+        for k, (_, rej) in enumerate(rejections):
+            fresh = rej.mask & ~rejected
+            first[fresh] = k
+            rejected |= rej.mask
+            if rej.code == _UNRESOLVABLE:
+                unresolvable |= rej.mask
+        feasible = np.flatnonzero(~rejected)
+        report = mask_report(actions, rejections, first, rejected, feasible)
+        if len(feasible) == 0:
+            node_counts = np.bincount(first[rejected], minlength=len(rejections)) if n else np.zeros(0)
+            parts = [f"{int(c)} {rejections[k][1].reason}" for k, c in enumerate(node_counts) if c]
+            message = f"0/{n} nodes are available" + (": " + ", ".join(parts) if parts else "")
+            code = Code.UNSCHEDULABLE if (~unresolvable).any() else _UNRESOLVABLE
+            expl = (
+                {"replica": replica, "actions": report, "status": code.name, "reason": message}
+                if explain
+                else None
+            )
+            return Cycle(
+                status=Status(code, (message,)), state=state, unresolvable=unresolvable, explanation=expl
+            )
+        rows = self.sample(feasible, n)
+        cand = self.space.candidates(t, request.resources, actions, rows)
+        total = np.zeros(len(cand))
+        per_plugin: PluginScores = []
+        for plugin, weight, normalizer in self.plugins.scorers:
+            raw = plugin.score(state, request, cand)
+            if normalizer is not None:
+                norm = normalizer.normalize(state, raw)
+            else:
+                norm = clip(raw, 0.0, MAX_NODE_SCORE)
+            total += weight * norm
+            per_plugin.append((plugin.name, weight, raw, norm))
+        ranking = total
+        excluded = state.get(STATE_EXCLUDED)
+        if excluded is not None and excluded.any() and not excluded.all():
+            ranking = np.where(excluded, -np.inf, total)
+        best = self.select(ranking)
+        assignment = cand.assignment(best, t)
+        expl = None
+        if explain:
+            expl = explain_choice(
+                t,
+                self.plugins.explainers,
+                self.explain_top,
+                replica=replica,
+                report=report,
+                cand=cand,
+                total=total,
+                per_plugin=per_plugin,
+                best=best,
+                assignment=assignment,
+                state=state,
+                feasible_nodes=len(feasible),
+                ranking=ranking,
+            )
+        return Cycle(
+            status=Status.success(),
+            state=state,
+            row=int(rows[best]),
+            assignment=assignment,
+            unresolvable=unresolvable,
+            explanation=expl,
+        )

@@ -1,0 +1,130 @@
+"""The cluster power manager: the same for every scheduler, it suspends idle nodes and wakes them.
+
+Every tick it wakes one host-capable sleeping node per waiting replica not covered by nodes
+already waking (what a cluster autoscaler does on pending pods), then keeps each pool's reserves
+of free CPU and whole empty nodes, suspending idle nodes beyond them (see
+:class:`~.presets.PowerManagerConfig`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from edgeplane_contract.resources import ResourceRequest
+
+from controlplane.scheduling.scheduler import Scheduler
+from controlplane.sim.physics import FleetPhysics, SimNode, repower
+from controlplane.sim.presets import PowerManagerConfig
+
+__all__ = ["PowerManager"]
+
+
+class PowerManager:
+    """Suspends and wakes the fleet's nodes; ``wake`` starts a node waking (the engine times it)."""
+
+    def __init__(
+        self,
+        config: PowerManagerConfig,
+        nodes: list[SimNode],
+        sched: Scheduler,
+        physics: FleetPhysics,
+        wake: Callable[[SimNode], None],
+    ) -> None:
+        self.config = config
+        self.nodes = nodes
+        self.by_name = {n.name: n for n in nodes}
+        self.sched = sched
+        self.physics = physics
+        self.wake = wake
+
+    def can_host(self, node: SimNode, res: ResourceRequest) -> bool:
+        """Whether the node could hold the request when empty (what waking it for the work needs)."""
+        return (
+            node.cpu >= res.cpu
+            and node.mem >= res.memory
+            and node.whole_gpus >= res.gpu
+            and (not res.mig or node.mig_gpus > 0)
+            and node.dpus >= res.dpu
+        )
+
+    def manage(self, now: float) -> None:
+        """One tick: wake nodes for waiting work and low reserves, suspend idle nodes beyond them."""
+        cfg = self.config
+        pools: dict[str, list[SimNode]] = {}
+        for node in self.nodes:
+            pools.setdefault(node.group, []).append(node)
+        # Wake for waiting work: one host-capable sleeping node per waiting replica not covered
+        # by nodes already waking (what a cluster autoscaler does on pending pods).
+        waking_free: dict[str, float] = {n.name: n.cpu for n in self.nodes if n.state == "waking"}
+        wakes = 0
+        wake_order = self.wake_order(self.nodes)  # waking changes states, not the order
+        for entry in self.sched.queue.ordered():
+            res = entry.request.resources
+            for _ in entry.replicas:
+                covered = next(
+                    (
+                        k
+                        for k, free in waking_free.items()
+                        if free >= res.cpu and self.can_host(self.by_name[k], res)
+                    ),
+                    None,
+                )
+                if covered is not None:
+                    waking_free[covered] -= res.cpu
+                    continue
+                sleeper = next((n for n in wake_order if n.state == "sleep" and self.can_host(n, res)), None)
+                if sleeper is None or wakes >= 20:
+                    break
+                self.wake(sleeper)
+                wakes += 1
+                waking_free[sleeper.name] = sleeper.cpu - res.cpu
+        # Keep each pool's reserves (free CPU, whole empty nodes); suspend idle nodes beyond them.
+        for members in pools.values():
+            alive = [n for n in members if n.state != "dead"]
+            total = sum(n.cpu for n in alive)
+            reserve = cfg.reserve_fraction * total
+            empty_target = max(1, math.ceil(cfg.reserve_empty_fraction * len(alive)))
+            free = sum(n.cpu - n.cpu_alloc for n in alive if n.state == "on")
+            free += sum(n.cpu for n in alive if n.state == "waking")
+            empty = sum(1 for n in alive if (n.state == "on" and not n.replicas) or n.state == "waking")
+            if free < reserve or empty < empty_target:
+                for n in self.wake_order(alive):
+                    if free >= reserve and empty >= empty_target:
+                        break
+                    if n.state == "sleep":
+                        self.wake(n)
+                        free += n.cpu
+                        empty += 1
+                continue
+            for n in self.wake_order(alive, suspend=True):
+                if (
+                    n.state == "on"
+                    and not n.replicas
+                    and now - n.idle_since >= cfg.sleep_after_s
+                    and free - n.cpu >= reserve
+                    and empty - 1 >= empty_target
+                ):
+                    self.physics.advance(n, now)
+                    n.state = "sleep"
+                    self.physics.record.sleeps += 1
+                    repower(n)
+                    self.sched.set_node_ready(n.name, False)
+                    free -= n.cpu
+                    empty -= 1
+
+    def wake_order(self, nodes: list[SimNode], *, suspend: bool = False) -> list[SimNode]:
+        """Nodes in the order the power manager wakes them (``suspend``: suspends them).
+
+        Under a battery-aware profile a node's agent weights energy higher on battery (more as
+        the charge falls), so it is woken last and suspended first: the reserve of awake, empty
+        nodes is then held by mains-powered nodes, not by a battery draining through the night.
+        Without an adaptive rule (or with no node on battery) the order is the fleet order.
+        """
+        if not self.sched.battery_aware or not any(n.on_battery for n in nodes):
+            return list(nodes)
+        weights = self.sched.energy_weights([n.name for n in nodes])
+        order = np.argsort(-weights if suspend else weights, kind="stable")
+        return [nodes[i] for i in order]
