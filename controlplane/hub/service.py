@@ -11,21 +11,16 @@ misses its lease goes NotReady; its active placements become Lost and the replic
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from edgeplane_contract.aio import stop_task, wait_set
-from edgeplane_contract.credentials import NatsTls
 from edgeplane_contract.messages import (
-    CommandAckV1,
     HeartbeatV1,
     PlacementState,
     RegisterAckV1,
@@ -36,28 +31,19 @@ from edgeplane_contract.transport import PAYLOAD_MARGIN
 
 from controlplane.bus.hub_bus import HubBus
 from controlplane.errors import NotFoundError, ValidationError
-from controlplane.federation.config import FederationConfig
-from controlplane.hub.bidding import run_bid_round
-from controlplane.hub.dispatch import AckEffect, Dispatcher, Sent, ack_effect
+from controlplane.hub.dispatch import Dispatcher, Sent
 from controlplane.hub.leases import hold_for, hold_over, partitions, scan_leases
-from controlplane.hub.lifecycle import (
-    ReportEffect,
-    late_success_blocked_by,
-    missing_replicas,
-    report_effect,
-    workload_verdict,
-)
 from controlplane.hub.nodes import NodeLive
-from controlplane.hub.placement import Placer, ReplicaChoice
-from controlplane.hub.registration import RegistrationLimits
+from controlplane.hub.placement import Placer
+from controlplane.hub.placing import PlacementRound
 from controlplane.hub.registry import NodeRegistry, placement_node
+from controlplane.hub.settings import HubSettings, SeenIds
 from controlplane.hub.spec import WorkloadSpec
-from controlplane.scheduling.profiles import Profile, load_profile
-from controlplane.serverless.keepalive import Policy, make_policy
+from controlplane.hub.workloads import PlacementBook
 from controlplane.store import queries
 from controlplane.store.identities import IdentityStore
 from controlplane.store.models import NodeRow, PlacementRow, WorkloadRow
-from controlplane.store.store import ACTIVE_PLACEMENT, TERMINAL_PLACEMENT, Store
+from controlplane.store.store import Store
 
 if TYPE_CHECKING:  # the composition root builds it; the hub only calls it
     from controlplane.serverless.service import FunctionService
@@ -73,44 +59,6 @@ STOP_GRACE_S = 10.0
 
 def new_id() -> str:
     return uuid.uuid4().hex
-
-
-@dataclass(slots=True)
-class HubSettings:
-    nats_url: str
-    federation: FederationConfig
-    lease_missed_heartbeats: int = 3
-    reconcile_interval_s: float = 0.5
-    command_timeout_s: float = 2.0
-    nats_connect_within_s: float = 30.0
-    # Parsed once, at the entry point (``commands.common.hub_settings``): the function keep-alive
-    # policy (fresh, it learns from this hub's arrivals) and the placement profile.
-    function_policy: Policy = field(default_factory=lambda: make_policy("edgeplane"))
-    scheduler: Profile = field(default_factory=lambda: load_profile("edgeplane"))
-    bid_deadline_ms: float = 50.0  # how long the bid round waits for local policies; 0: no bids
-    hub_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    nats_seed: str | None = field(default=None, repr=False)  # the hub's nkey seed; None: anonymous
-    nats_tls: NatsTls | None = None
-    # Registrations only from nodes with active credentials, for the cluster they enrolled in (the
-    # NATS server authenticates them; this is the hub's own check behind it).
-    require_enrolment: bool = False
-    registration: RegistrationLimits = field(default_factory=RegistrationLimits)
-
-
-class _Seen:
-    """A bounded set of processed message ids (duplicates and replays are no-ops)."""
-
-    def __init__(self, size: int = 50_000) -> None:
-        self._ids: OrderedDict[str, None] = OrderedDict()
-        self._size = size
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._ids
-
-    def add(self, key: str) -> None:
-        self._ids[key] = None
-        if len(self._ids) > self._size:
-            self._ids.popitem(last=False)
 
 
 class Hub:
@@ -143,12 +91,16 @@ class Hub:
         )
         self.nodes = self.registry.nodes  # what the API, the bid round and the functions read
         self.dispatch = Dispatcher(bus, self.nodes, resend_after_s=settings.command_timeout_s)
+        self._active: dict[str, tuple[str, int, str]] = {}  # placement id -> (workload, replica, node)
+        self.book = PlacementBook(placer, self._active, wake=self.wake)
+        self.placing = PlacementRound(
+            store, placer, self.registry, self.book, self._active, bid_deadline_ms=settings.bid_deadline_ms
+        )
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._seen_reports = _Seen()
-        self._active: dict[str, tuple[str, int, str]] = {}  # placement id -> (workload, replica, node)
+        self._seen_reports = SeenIds()
         self._last_hello = 0.0
         self._deaf: set[str] = set()  # clusters whose NATS connection is down (leases held)
         self._partitions: set[str] = set()  # clusters in a partition (their silent nodes' work held)
@@ -261,9 +213,9 @@ class Hub:
         for placement in active:
             state = by_id.pop(placement.id, None)
             if state is not None:
-                await self._apply_state(s, placement, state)
+                await self.book.apply_report(s, placement, state)
             elif placement.acked or agent_restarted:
-                await self._end_placement(s, placement, "Lost", "agent no longer has this placement")
+                await self.book.end(s, placement, "Lost", "agent no longer has this placement")
         for state in by_id.values():
             if state.state == "Running":
                 self.dispatch.stop_orphan(node, state.placement_id, state.workload_id)
@@ -304,164 +256,8 @@ class Hub:
                     "report", node_name, f"placement {placement.id} runs on {placement.node}, not here"
                 )
             else:
-                await self._apply_state(s, placement, msg.placement)
+                await self.book.apply_report(s, placement, msg.placement)
         self._seen_reports.add(msg.report_id)
-        self.wake()
-
-    async def _apply_state(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
-        """Move a placement forward by an agent's report (``lifecycle.report_effect``)."""
-        effect = report_effect(placement.status, state.state)
-        if effect is ReportEffect.LATE_SUCCESS:
-            await self._late_success(s, placement, state)
-            return
-        if effect is ReportEffect.IGNORE:
-            return
-        now = time.time()
-        if effect in (ReportEffect.START, ReportEffect.RESTARTS):
-            if effect is ReportEffect.START:
-                placement.status = "Running"
-                placement.acked = True
-                placement.started_at = state.started_at or now
-                placement.updated_at = now
-                Store.add_event(
-                    s, "PlacementRunning", "workload", placement.workload_id, f"on {placement.node}"
-                )
-                await self._refresh_workload(s, placement.workload_id)
-            # A Running report after the agent restarted the process locally is normal: it only
-            # moves the restart count (and the message) forward; the placement stays Running.
-            self._note_restarts(s, placement, state, now)
-        else:  # ReportEffect.END
-            self._note_restarts(s, placement, state, now)
-            placement.exit_code = state.exit_code
-            placement.started_at = placement.started_at or state.started_at
-            await self._end_placement(s, placement, state.state, state.message, finished_at=state.finished_at)
-
-    async def _late_success(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
-        """A replica reported Succeeded after its placement was marked Lost (its node was silent,
-        not dead). It wins unless a later attempt of the replica may have started: then the replica
-        is done, and the re-placement is cancelled before it runs."""
-        others = await queries.other_attempts(s, placement)
-        started = late_success_blocked_by(placement, others)
-        if started:
-            log.info(
-                "late success of %s on %s ignored: replica %d already ran again on %s",
-                placement.id,
-                placement.node,
-                placement.replica,
-                started[0].node,
-            )
-            return
-        now = time.time()
-        placement.status = "Succeeded"
-        placement.exit_code = state.exit_code
-        placement.started_at = placement.started_at or state.started_at
-        placement.finished_at = state.finished_at or now
-        placement.message = "finished while its node was unreachable"
-        placement.updated_at = now
-        replacements = [p for p in others if p.status in ACTIVE_PLACEMENT]
-        self._request_stops(replacements, "the replica finished on its earlier node")
-        Store.add_event(
-            s,
-            "PlacementSucceeded",
-            "workload",
-            placement.workload_id,
-            f"replica {placement.replica} on {placement.node}: finished while its node was unreachable"
-            + (f"; re-placement on {replacements[0].node} cancelled" if replacements else ""),
-            {"placement_id": placement.id, "exit_code": placement.exit_code, "late": True},
-        )
-        log.info(
-            "late success of %s on %s wins: replica %d is done%s",
-            placement.id,
-            placement.node,
-            placement.replica,
-            f", re-placement {replacements[0].id} on {replacements[0].node} cancelled"
-            if replacements
-            else "",
-        )
-        await self._refresh_workload(s, placement.workload_id)
-
-    def _note_restarts(
-        self, s: AsyncSession, placement: PlacementRow, state: PlacementState, now: float
-    ) -> None:
-        """Record local restarts the agent reports; counts only grow (replays and reordering are no-ops)."""
-        if state.restarts <= (placement.restarts or 0):
-            return
-        placement.restarts = state.restarts
-        placement.updated_at = now
-        if state.state == "Running":
-            placement.message = state.message
-        Store.add_event(
-            s,
-            "PlacementRestarted",
-            "workload",
-            placement.workload_id,
-            f"replica {placement.replica} on {placement.node}: restart {state.restarts}"
-            + (f" ({state.message})" if state.state == "Running" and state.message else ""),
-            {"placement_id": placement.id, "restarts": state.restarts},
-        )
-
-    async def _end_placement(
-        self,
-        s: AsyncSession,
-        placement: PlacementRow,
-        status: str,
-        message: str,
-        *,
-        finished_at: float | None = None,
-    ) -> None:
-        now = time.time()
-        placement.status = status
-        placement.message = message
-        placement.finished_at = finished_at or now
-        placement.updated_at = now
-        self.placer.release(placement.workload_id, placement.replica)
-        self._active.pop(placement.id, None)
-        Store.add_event(
-            s,
-            f"Placement{status}",
-            "workload",
-            placement.workload_id,
-            f"replica {placement.replica} on {placement.node}: {message or status}"
-            + (f" (exit code {placement.exit_code})" if placement.exit_code is not None else ""),
-            {"placement_id": placement.id, "exit_code": placement.exit_code},
-        )
-        await self._refresh_workload(s, placement.workload_id)
-
-    # --- workload status ------------------------------------------------------------------
-
-    async def _refresh_workload(self, s: AsyncSession, workload_id: str) -> None:
-        workload = await s.get(WorkloadRow, workload_id)
-        if workload is None:
-            return
-        placements = await queries.placements_of(s, workload_id, ordered=True)
-        verdict = workload_verdict(workload.replicas, workload.cancel_requested, placements)
-        if verdict.stop_active is not None:
-            self._request_stops([p for p in placements if p.status in ACTIVE_PLACEMENT], verdict.stop_active)
-        if verdict.message is not None:
-            workload.message = verdict.message
-        status = verdict.status
-        if status != workload.status:
-            now = time.time()
-            Store.add_event(
-                s,
-                f"Workload{status}",
-                "workload",
-                workload.id,
-                workload.message if status == "Failed" else "",
-            )
-            workload.status = status
-            workload.updated_at = now
-            if status in ("Succeeded", "Failed", "Cancelled"):
-                workload.finished_at = now
-                if status == "Succeeded":
-                    workload.message = ""
-
-    def _request_stops(self, placements: list[PlacementRow], reason: str) -> None:
-        for placement in placements:
-            if placement.stop_command_id is None:
-                placement.stop_command_id = new_id()
-                placement.message = reason
-                placement.updated_at = time.time()
         self.wake()
 
     # --- API operations -------------------------------------------------------------------
@@ -508,8 +304,8 @@ class Hub:
             workload.cancel_requested = True
             Store.add_event(s, "WorkloadCancelRequested", "workload", workload_id)
             active = await queries.active_placements(s, workload_id=workload_id)
-            self._request_stops(active, "cancelled by user")
-            await self._refresh_workload(s, workload_id)
+            self.book.request_stops(active, "cancelled by user")
+            await self.book.refresh_workload(s, workload_id)
 
     def node_capacity(self, node: str) -> dict[str, Any]:
         """What a node offers (cpu, memory, gpus, dpu), as placement knows it."""
@@ -523,7 +319,7 @@ class Hub:
     async def reconcile_once(self) -> None:
         async with self._lock:
             await self._expire_leases()
-            await self._place_pending()
+            await self.placing.place_pending()
             await self.registry.flush(self.store)
             async with self.store.session() as s:
                 due = await self.dispatch.due(s)
@@ -557,8 +353,8 @@ class Hub:
                 in_partition = live.cluster in partitioned
                 hold_s = hold_for(self.federation.cluster(live.cluster), partitioned=in_partition)
                 if hold_s is None:
-                    await self._lose_placements(
-                        s, live, f"no heartbeat for {silent:.1f}s (lease {live.lease_s:.1f}s)"
+                    await self.book.lose_node(
+                        s, live.name, f"no heartbeat for {silent:.1f}s (lease {live.lease_s:.1f}s)"
                     )
                     continue
                 live.held, live.hold_s = True, hold_s
@@ -575,8 +371,8 @@ class Hub:
                     )  # fmt: skip
             for live in released:
                 live.held = False
-                await self._lose_placements(
-                    s, live, f"silent beyond its lease and a hold of {live.hold_s:.0f}s"
+                await self.book.lose_node(
+                    s, live.name, f"silent beyond its lease and a hold of {live.hold_s:.0f}s"
                 )
 
     def _note_partitions(self, expired: list[NodeLive], now: float) -> set[str]:
@@ -596,135 +392,10 @@ class Hub:
         self._partitions = clusters | (self._partitions & held)
         return clusters
 
-    async def _lose_placements(self, s: AsyncSession, live: NodeLive, why: str) -> None:
-        placements = await queries.active_placements(s, node=live.name)
-        if placements:
-            log.info("node %s: %s: %d placement(s) Lost, to be placed again", live.name, why, len(placements))
-        for placement in placements:
-            await self._end_placement(s, placement, "Lost", f"node {live.name} lease expired")
-
-    async def _place_pending(self) -> None:
-        async with self.store.session() as s:
-            pending = await queries.pending_workloads(s, limit=200)
-            for workload in pending:
-                placements = await queries.placements_of(s, workload.id)
-                latest = {p.replica: p for p in sorted(placements, key=lambda p: p.attempt)}
-                missing = missing_replicas(workload.replicas, placements)
-                if not missing:
-                    await self._refresh_workload(s, workload.id)
-                    continue
-                spec = WorkloadSpec.from_stored(workload.spec)
-                outcome = self.placer.place(workload.id, spec, missing)
-                if self.settings.bid_deadline_ms > 0 and outcome.choices:
-                    # One deadline for all replicas of the workload, not one each: the rounds wait on
-                    # the network together; each move after its round is synchronous (no interleaving).
-                    outcome.choices = list(
-                        await asyncio.gather(
-                            *(self._with_bids(workload.id, spec, c) for c in outcome.choices)
-                        )
-                    )
-                now = time.time()
-                for choice in outcome.choices:
-                    attempt = latest[choice.replica].attempt + 1 if choice.replica in latest else 1
-                    placement = PlacementRow(
-                        id=new_id(),
-                        workload_id=workload.id,
-                        replica=choice.replica,
-                        attempt=attempt,
-                        node=choice.node,
-                        cluster=choice.cluster,
-                        status="Scheduled",
-                        command_id=new_id(),
-                        assignment=choice.assignment,
-                        explanation=choice.explanation,
-                        scheduled_at=now,
-                        updated_at=now,
-                    )
-                    s.add(placement)
-                    self._active[placement.id] = (workload.id, choice.replica, choice.node)
-                    Store.add_event(
-                        s,
-                        "PlacementScheduled",
-                        "workload",
-                        workload.id,
-                        f"replica {choice.replica} -> {choice.node} (attempt {attempt})",
-                        {"node": choice.node, "replica": choice.replica},
-                    )
-                if outcome.victims:
-                    await self._preempt(s, outcome.victims, by=workload)
-                if outcome.choices:
-                    await s.flush()
-                    workload.message = outcome.unschedulable_reason
-                    await self._refresh_workload(s, workload.id)
-                elif outcome.unschedulable_reason and workload.message != outcome.unschedulable_reason:
-                    workload.message = outcome.unschedulable_reason
-                    workload.updated_at = now
-                    Store.add_event(
-                        s, "FailedScheduling", "workload", workload.id, outcome.unschedulable_reason
-                    )
-
-    async def _with_bids(self, workload_id: str, spec: WorkloadSpec, choice: ReplicaChoice) -> ReplicaChoice:
-        """Let the candidates' local policies bid; move the replica if another node wins."""
-        result = await run_bid_round(
-            self.registry, workload_id, spec, choice, deadline_ms=self.settings.bid_deadline_ms
-        )
-        if result is None:
-            return choice
-        bids = {"decided_by": result.decided_by, "winner": result.winner, "candidates": result.table}
-        if result.winner != choice.node:
-            self.placer.release(workload_id, choice.replica)
-            pinned = dataclasses.replace(
-                spec, affinity=dataclasses.replace(spec.affinity, nodes=[result.winner])
-            )
-            moved = self.placer.place(workload_id, pinned, [choice.replica])
-            if moved.choices:
-                choice = moved.choices[0]
-            else:  # the winner no longer fits (raced): keep the scheduler's choice
-                again = self.placer.place(workload_id, spec, [choice.replica])
-                if not again.choices:
-                    raise RuntimeError("replica could not be placed again after a bid round")
-                choice = again.choices[0]
-                bids["decided_by"] = "scheduler (winner no longer fits)"
-        choice.explanation = {**choice.explanation, "bids": bids}
-        return choice
-
-    async def _preempt(self, s: AsyncSession, victims: list[tuple[str, int]], *, by: WorkloadRow) -> None:
-        """Stop replicas the scheduler evicted for ``by``; they return to Pending when stopped."""
-        for workload_id, replica in victims:
-            active = await queries.active_placements(s, workload_id=workload_id, replica=replica)
-            self._request_stops(active, f"preempted by {by.name} ({by.id}, priority {by.priority})")
-            Store.add_event(
-                s,
-                "Preempted",
-                "workload",
-                workload_id,
-                f"replica {replica} preempted by {by.name} (priority {by.priority})",
-                {"by": by.id},
-            )
-
     async def _apply_answers(self, sent: list[Sent]) -> None:
-        """What the agents' answers to commands mean for their placements (``dispatch.ack_effect``)."""
         async with self._lock, self.store.session() as s:
             for item in sent:
-                effect = ack_effect(item.command, item.answer)
-                if effect is AckEffect.NONE:
-                    continue
-                placement = await s.get(PlacementRow, item.placement_id)
-                if placement is None or placement.status in TERMINAL_PLACEMENT:
-                    continue
-                if effect is AckEffect.TOO_LARGE:
-                    # Resending cannot help: fail the replica with the reason instead of leaving it
-                    # Scheduled forever (specs accepted by an older hub, or a server with a lower limit).
-                    await self._end_placement(s, placement, "Failed", f"run command not sent: {item.answer}")
-                elif effect is AckEffect.RUN_ACKED:
-                    placement.acked = True
-                elif effect is AckEffect.RUN_REFUSED:
-                    reason = item.answer.reason if isinstance(item.answer, CommandAckV1) else ""
-                    await self._end_placement(s, placement, "Lost", f"agent refused: {reason}")
-                elif effect is AckEffect.NEVER_RAN:
-                    await self._end_placement(s, placement, "Cancelled", placement.message or "cancelled")
-                elif effect is AckEffect.STOP_ACKED:
-                    placement.stop_acked = True
+                await self.book.apply_answer(s, item)
 
 
 def _storable(text: str) -> bool:

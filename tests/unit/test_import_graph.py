@@ -214,7 +214,7 @@ def test_the_graph_sees_the_project() -> None:
     modules, edges = build_graph()
     assert len(modules) > 100
     targets = {(e.source, e.target) for e in edges}
-    assert ("controlplane.hub.service", "controlplane.hub.bidding") in targets  # module level
+    assert ("controlplane.hub.placing", "controlplane.hub.bidding") in targets  # module level
     assert ("controlplane.commands.up", "controlplane.errors") in targets  # inside a function
     assert ("controlplane.scheduling.framework", "controlplane.scheduling.ledger") in targets  # type-only
     assert any(e.type_checking for e in edges)

@@ -1,0 +1,128 @@
+"""The placement round: pending workloads' missing replicas placed by the scheduling framework,
+then offered to the candidates' local policies (the bid round), written as Scheduled placements."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+
+from controlplane.hub.bidding import run_bid_round
+from controlplane.hub.lifecycle import missing_replicas
+from controlplane.hub.placement import Placer, ReplicaChoice
+from controlplane.hub.registry import NodeRegistry
+from controlplane.hub.spec import WorkloadSpec
+from controlplane.hub.workloads import PlacementBook
+from controlplane.store import queries
+from controlplane.store.models import PlacementRow
+from controlplane.store.store import Store
+
+__all__ = ["PlacementRound"]
+
+
+class PlacementRound:
+    """Runs inside the hub's lock; ``active`` is the hub's map of live placements, shared."""
+
+    def __init__(
+        self,
+        store: Store,
+        placer: Placer,
+        registry: NodeRegistry,
+        book: PlacementBook,
+        active: dict[str, tuple[str, int, str]],
+        *,
+        bid_deadline_ms: float,
+    ) -> None:
+        self.store = store
+        self.placer = placer
+        self.registry = registry
+        self.book = book
+        self._active = active
+        self.bid_deadline_ms = bid_deadline_ms
+
+    async def place_pending(self) -> None:
+        """Place the missing replicas of pending workloads (up to 200 a round)."""
+        async with self.store.session() as s:
+            pending = await queries.pending_workloads(s, limit=200)
+            for workload in pending:
+                placements = await queries.placements_of(s, workload.id)
+                latest = {p.replica: p for p in sorted(placements, key=lambda p: p.attempt)}
+                missing = missing_replicas(workload.replicas, placements)
+                if not missing:
+                    await self.book.refresh_workload(s, workload.id)
+                    continue
+                spec = WorkloadSpec.from_stored(workload.spec)
+                outcome = self.placer.place(workload.id, spec, missing)
+                if self.bid_deadline_ms > 0 and outcome.choices:
+                    # One deadline for all replicas of the workload, not one each: the rounds wait on
+                    # the network together; each move after its round is synchronous (no interleaving).
+                    outcome.choices = list(
+                        await asyncio.gather(
+                            *(self._with_bids(workload.id, spec, c) for c in outcome.choices)
+                        )
+                    )
+                now = time.time()
+                for choice in outcome.choices:
+                    attempt = latest[choice.replica].attempt + 1 if choice.replica in latest else 1
+                    placement = PlacementRow(
+                        id=uuid.uuid4().hex,
+                        workload_id=workload.id,
+                        replica=choice.replica,
+                        attempt=attempt,
+                        node=choice.node,
+                        cluster=choice.cluster,
+                        status="Scheduled",
+                        command_id=uuid.uuid4().hex,
+                        assignment=choice.assignment,
+                        explanation=choice.explanation,
+                        scheduled_at=now,
+                        updated_at=now,
+                    )
+                    s.add(placement)
+                    self._active[placement.id] = (workload.id, choice.replica, choice.node)
+                    Store.add_event(
+                        s,
+                        "PlacementScheduled",
+                        "workload",
+                        workload.id,
+                        f"replica {choice.replica} -> {choice.node} (attempt {attempt})",
+                        {"node": choice.node, "replica": choice.replica},
+                    )
+                if outcome.victims:
+                    await self.book.preempt(s, outcome.victims, by=workload)
+                if outcome.choices:
+                    await s.flush()
+                    workload.message = outcome.unschedulable_reason
+                    await self.book.refresh_workload(s, workload.id)
+                elif outcome.unschedulable_reason and workload.message != outcome.unschedulable_reason:
+                    workload.message = outcome.unschedulable_reason
+                    workload.updated_at = now
+                    Store.add_event(
+                        s, "FailedScheduling", "workload", workload.id, outcome.unschedulable_reason
+                    )
+
+    async def _with_bids(self, workload_id: str, spec: WorkloadSpec, choice: ReplicaChoice) -> ReplicaChoice:
+        """Let the candidates' local policies bid; move the replica if another node wins."""
+        result = await run_bid_round(
+            self.registry, workload_id, spec, choice, deadline_ms=self.bid_deadline_ms
+        )
+        if result is None:
+            return choice
+        bids = {"decided_by": result.decided_by, "winner": result.winner, "candidates": result.table}
+        if result.winner != choice.node:
+            self.placer.release(workload_id, choice.replica)
+            pinned = dataclasses.replace(
+                spec, affinity=dataclasses.replace(spec.affinity, nodes=[result.winner])
+            )
+            moved = self.placer.place(workload_id, pinned, [choice.replica])
+            if moved.choices:
+                choice = moved.choices[0]
+            else:  # the winner no longer fits (raced): keep the scheduler's choice
+                again = self.placer.place(workload_id, spec, [choice.replica])
+                if not again.choices:
+                    raise RuntimeError("replica could not be placed again after a bid round")
+                choice = again.choices[0]
+                bids["decided_by"] = "scheduler (winner no longer fits)"
+        choice.explanation = {**choice.explanation, "bids": bids}
+        return choice

@@ -1,0 +1,237 @@
+"""The placement book: the lifecycle rules (``hub.lifecycle``) applied to the store's rows.
+
+Reports, lease expiries, preemptions and answers to commands end up here as row changes, events and
+stop requests; a workload's status follows from its placements after each change. Every method runs
+inside the hub's lock and the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from edgeplane_contract.messages import CommandAckV1, PlacementState
+
+from controlplane.hub.dispatch import AckEffect, Sent, ack_effect
+from controlplane.hub.lifecycle import ReportEffect, late_success_blocked_by, report_effect, workload_verdict
+from controlplane.hub.placement import Placer
+from controlplane.store import queries
+from controlplane.store.models import PlacementRow, WorkloadRow
+from controlplane.store.store import ACTIVE_PLACEMENT, TERMINAL_PLACEMENT, Store
+
+__all__ = ["PlacementBook"]
+
+log = logging.getLogger("edgeplane.hub")
+
+
+class PlacementBook:
+    """Writes placement and workload state; ``active`` (placement id -> workload, replica, node)
+    is the hub's map of live placements, shared; ``wake`` asks the reconcile loop for a round."""
+
+    def __init__(
+        self, placer: Placer, active: dict[str, tuple[str, int, str]], *, wake: Callable[[], None]
+    ) -> None:
+        self.placer = placer
+        self._active = active
+        self._wake = wake
+
+    async def apply_report(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
+        """Move a placement forward by an agent's report (``lifecycle.report_effect``)."""
+        effect = report_effect(placement.status, state.state)
+        if effect is ReportEffect.LATE_SUCCESS:
+            await self._late_success(s, placement, state)
+            return
+        if effect is ReportEffect.IGNORE:
+            return
+        now = time.time()
+        if effect in (ReportEffect.START, ReportEffect.RESTARTS):
+            if effect is ReportEffect.START:
+                placement.status = "Running"
+                placement.acked = True
+                placement.started_at = state.started_at or now
+                placement.updated_at = now
+                Store.add_event(
+                    s, "PlacementRunning", "workload", placement.workload_id, f"on {placement.node}"
+                )
+                await self.refresh_workload(s, placement.workload_id)
+            # A Running report after the agent restarted the process locally is normal: it only
+            # moves the restart count (and the message) forward; the placement stays Running.
+            self._note_restarts(s, placement, state, now)
+        else:  # ReportEffect.END
+            self._note_restarts(s, placement, state, now)
+            placement.exit_code = state.exit_code
+            placement.started_at = placement.started_at or state.started_at
+            await self.end(s, placement, state.state, state.message, finished_at=state.finished_at)
+
+    async def _late_success(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
+        """A replica reported Succeeded after its placement was marked Lost (its node was silent,
+        not dead). It wins unless a later attempt of the replica may have started: then the replica
+        is done, and the re-placement is cancelled before it runs."""
+        others = await queries.other_attempts(s, placement)
+        started = late_success_blocked_by(placement, others)
+        if started:
+            log.info(
+                "late success of %s on %s ignored: replica %d already ran again on %s",
+                placement.id,
+                placement.node,
+                placement.replica,
+                started[0].node,
+            )
+            return
+        now = time.time()
+        placement.status = "Succeeded"
+        placement.exit_code = state.exit_code
+        placement.started_at = placement.started_at or state.started_at
+        placement.finished_at = state.finished_at or now
+        placement.message = "finished while its node was unreachable"
+        placement.updated_at = now
+        replacements = [p for p in others if p.status in ACTIVE_PLACEMENT]
+        self.request_stops(replacements, "the replica finished on its earlier node")
+        Store.add_event(
+            s,
+            "PlacementSucceeded",
+            "workload",
+            placement.workload_id,
+            f"replica {placement.replica} on {placement.node}: finished while its node was unreachable"
+            + (f"; re-placement on {replacements[0].node} cancelled" if replacements else ""),
+            {"placement_id": placement.id, "exit_code": placement.exit_code, "late": True},
+        )
+        log.info(
+            "late success of %s on %s wins: replica %d is done%s",
+            placement.id,
+            placement.node,
+            placement.replica,
+            f", re-placement {replacements[0].id} on {replacements[0].node} cancelled"
+            if replacements
+            else "",
+        )
+        await self.refresh_workload(s, placement.workload_id)
+
+    def _note_restarts(
+        self, s: AsyncSession, placement: PlacementRow, state: PlacementState, now: float
+    ) -> None:
+        """Record local restarts the agent reports; counts only grow (replays and reordering are no-ops)."""
+        if state.restarts <= (placement.restarts or 0):
+            return
+        placement.restarts = state.restarts
+        placement.updated_at = now
+        if state.state == "Running":
+            placement.message = state.message
+        Store.add_event(
+            s,
+            "PlacementRestarted",
+            "workload",
+            placement.workload_id,
+            f"replica {placement.replica} on {placement.node}: restart {state.restarts}"
+            + (f" ({state.message})" if state.state == "Running" and state.message else ""),
+            {"placement_id": placement.id, "restarts": state.restarts},
+        )
+
+    async def end(
+        self,
+        s: AsyncSession,
+        placement: PlacementRow,
+        status: str,
+        message: str,
+        *,
+        finished_at: float | None = None,
+    ) -> None:
+        now = time.time()
+        placement.status = status
+        placement.message = message
+        placement.finished_at = finished_at or now
+        placement.updated_at = now
+        self.placer.release(placement.workload_id, placement.replica)
+        self._active.pop(placement.id, None)
+        Store.add_event(
+            s,
+            f"Placement{status}",
+            "workload",
+            placement.workload_id,
+            f"replica {placement.replica} on {placement.node}: {message or status}"
+            + (f" (exit code {placement.exit_code})" if placement.exit_code is not None else ""),
+            {"placement_id": placement.id, "exit_code": placement.exit_code},
+        )
+        await self.refresh_workload(s, placement.workload_id)
+
+    async def refresh_workload(self, s: AsyncSession, workload_id: str) -> None:
+        workload = await s.get(WorkloadRow, workload_id)
+        if workload is None:
+            return
+        placements = await queries.placements_of(s, workload_id, ordered=True)
+        verdict = workload_verdict(workload.replicas, workload.cancel_requested, placements)
+        if verdict.stop_active is not None:
+            self.request_stops([p for p in placements if p.status in ACTIVE_PLACEMENT], verdict.stop_active)
+        if verdict.message is not None:
+            workload.message = verdict.message
+        status = verdict.status
+        if status != workload.status:
+            now = time.time()
+            Store.add_event(
+                s,
+                f"Workload{status}",
+                "workload",
+                workload.id,
+                workload.message if status == "Failed" else "",
+            )
+            workload.status = status
+            workload.updated_at = now
+            if status in ("Succeeded", "Failed", "Cancelled"):
+                workload.finished_at = now
+                if status == "Succeeded":
+                    workload.message = ""
+
+    def request_stops(self, placements: list[PlacementRow], reason: str) -> None:
+        for placement in placements:
+            if placement.stop_command_id is None:
+                placement.stop_command_id = uuid.uuid4().hex
+                placement.message = reason
+                placement.updated_at = time.time()
+        self._wake()
+
+    async def lose_node(self, s: AsyncSession, node: str, why: str) -> None:
+        placements = await queries.active_placements(s, node=node)
+        if placements:
+            log.info("node %s: %s: %d placement(s) Lost, to be placed again", node, why, len(placements))
+        for placement in placements:
+            await self.end(s, placement, "Lost", f"node {node} lease expired")
+
+    async def preempt(self, s: AsyncSession, victims: list[tuple[str, int]], *, by: WorkloadRow) -> None:
+        """Stop replicas the scheduler evicted for ``by``; they return to Pending when stopped."""
+        for workload_id, replica in victims:
+            active = await queries.active_placements(s, workload_id=workload_id, replica=replica)
+            self.request_stops(active, f"preempted by {by.name} ({by.id}, priority {by.priority})")
+            Store.add_event(
+                s,
+                "Preempted",
+                "workload",
+                workload_id,
+                f"replica {replica} preempted by {by.name} (priority {by.priority})",
+                {"by": by.id},
+            )
+
+    async def apply_answer(self, s: AsyncSession, item: Sent) -> None:
+        """What an agent's answer to a command means for its placement (``dispatch.ack_effect``)."""
+        effect = ack_effect(item.command, item.answer)
+        if effect is AckEffect.NONE:
+            return
+        placement = await s.get(PlacementRow, item.placement_id)
+        if placement is None or placement.status in TERMINAL_PLACEMENT:
+            return
+        if effect is AckEffect.TOO_LARGE:
+            # Resending cannot help: fail the replica with the reason instead of leaving it
+            # Scheduled forever (specs accepted by an older hub, or a server with a lower limit).
+            await self.end(s, placement, "Failed", f"run command not sent: {item.answer}")
+        elif effect is AckEffect.RUN_ACKED:
+            placement.acked = True
+        elif effect is AckEffect.RUN_REFUSED:
+            reason = item.answer.reason if isinstance(item.answer, CommandAckV1) else ""
+            await self.end(s, placement, "Lost", f"agent refused: {reason}")
+        elif effect is AckEffect.NEVER_RAN:
+            await self.end(s, placement, "Cancelled", placement.message or "cancelled")
+        elif effect is AckEffect.STOP_ACKED:
+            placement.stop_acked = True
