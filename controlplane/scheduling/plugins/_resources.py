@@ -6,6 +6,8 @@ Resource names follow Kubernetes: ``cpu``, ``memory``, ``nvidia.com/gpu`` (whole
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import numpy as np
 
 from edgeplane_contract.resources import ResourceRequest
@@ -14,7 +16,7 @@ from controlplane.scheduling.actions import Candidates
 from controlplane.scheduling.framework import FloatArray
 from controlplane.scheduling.nodetable import NodeTable
 
-__all__ = ["RESOURCE_NAMES", "resource_arrays"]
+__all__ = ["RESOURCE_NAMES", "resource_arrays", "weighted_resource_score"]
 
 RESOURCE_NAMES = ("cpu", "memory", "nvidia.com/gpu", "edgeplane.io/dpu")
 
@@ -36,3 +38,25 @@ def resource_arrays(
         used = np.bitwise_count(nodes.dpu_used[rows]).astype(np.float64)
         return used + res.dpu, nodes.dpu_count[rows].astype(np.float64), float(res.dpu)
     raise ValueError(f"unknown resource {name!r} (known: {', '.join(RESOURCE_NAMES)})")
+
+
+def weighted_resource_score(
+    nodes: NodeTable,
+    cand: Candidates,
+    res: ResourceRequest,
+    weights_by_resource: Mapping[str, int],
+    per_resource: Callable[[FloatArray, FloatArray, FloatArray], FloatArray],
+) -> FloatArray:
+    """Upstream's resource-allocation scorer: ``per_resource(requested, capacity, safe_capacity)``
+    for each configured resource a node has, then the weighted average, floored (integer
+    arithmetic as upstream); nodes with none of the resources score 0."""
+    total = np.zeros(len(cand))
+    weights = np.zeros(len(cand))
+    for name, weight in weights_by_resource.items():
+        requested, capacity, _ = resource_arrays(nodes, cand, res, name)
+        present = capacity > 0
+        safe = np.where(present, capacity, 1.0)
+        total += np.where(present, per_resource(requested, capacity, safe) * weight, 0.0)
+        weights += np.where(present, weight, 0)
+    result: FloatArray = np.where(weights > 0, np.floor(total / np.maximum(weights, 1)), 0.0)
+    return result

@@ -16,7 +16,7 @@ import numpy as np
 from controlplane.scheduling.actions import Candidates
 from controlplane.scheduling.framework import MAX_NODE_SCORE, CycleState, FloatArray, Handle
 from controlplane.scheduling.model import WorkloadRequest
-from controlplane.scheduling.plugins._resources import resource_arrays
+from controlplane.scheduling.plugins._resources import weighted_resource_score
 from controlplane.scheduling.plugins.args import decode_args
 
 __all__ = ["NAME", "NodeResourcesLeastAllocated", "NodeResourcesLeastAllocatedArgs", "new"]
@@ -39,19 +39,15 @@ class NodeResourcesLeastAllocated:
         self.handle = handle
 
     def score(self, state: CycleState, request: WorkloadRequest, cand: Candidates) -> FloatArray:
-        total = np.zeros(len(cand))
-        weights = np.zeros(len(cand))
-        for name, weight in self.resources.items():
-            requested, capacity, _ = resource_arrays(self.handle.nodes, cand, request.resources, name)
-            present = capacity > 0
-            safe = np.where(present, capacity, 1.0)
-            per = np.where(
+        return weighted_resource_score(
+            self.handle.nodes,
+            cand,
+            request.resources,
+            self.resources,
+            lambda requested, capacity, safe: np.where(
                 requested > capacity, 0.0, np.floor((capacity - requested) * MAX_NODE_SCORE / safe)
-            )
-            total += np.where(present, per * weight, 0.0)
-            weights += np.where(present, weight, 0)
-        result: FloatArray = np.where(weights > 0, np.floor(total / np.maximum(weights, 1)), 0.0)
-        return result
+            ),
+        )
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> NodeResourcesLeastAllocated:
