@@ -23,31 +23,70 @@ from controlplane.hub.nodes import NodeDirectory
 from controlplane.hub.placement import ReplicaChoice
 from controlplane.hub.spec import WorkloadSpec
 
-__all__ = ["BidOutcome", "run_bid_round"]
+__all__ = ["BidCandidate", "BidOutcome", "BidRow", "candidates_of", "run_bid_round"]
+
+
+@dataclass(frozen=True, slots=True)
+class BidCandidate:
+    """A node the scheduler proposed for the replica, with its estimate of the placement reward."""
+
+    node: str
+    hub_reward: float | None = None
+
+
+@dataclass(slots=True)
+class BidRow:
+    """One candidate in the bid round's table (the ``bids.candidates`` of an explanation)."""
+
+    node: str
+    asked: bool
+    hub_reward: float | None
+    bid: BidV1 | None = None
+    value: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"node": self.node, "asked": self.asked, "hub_reward": self.hub_reward}
+        if self.bid is None:
+            row["answered"] = False
+        else:
+            bid = self.bid
+            row.update(
+                answered=True,
+                accept=bid.accept,
+                score=bid.score,
+                score_requested=bid.score_requested,
+                action=bid.action,
+                accelerator=bid.accelerator,
+                source=bid.source,
+                weights=bid.weights,
+                latency_us=bid.latency_us,
+            )
+        row["value"] = self.value
+        return row
 
 
 @dataclass(slots=True)
 class BidOutcome:
     winner: str
     decided_by: str  # bid | hub-estimate | scheduler
-    table: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[BidRow] = field(default_factory=list)
+
+    @property
+    def table(self) -> list[dict[str, Any]]:
+        return [row.to_dict() for row in self.rows]
 
 
-def _candidates(choice: ReplicaChoice) -> list[dict[str, Any]]:
+def candidates_of(choice: ReplicaChoice) -> list[BidCandidate]:
+    """The scheduler's choice first, then its alternatives, read once from the explanation."""
     explanation = choice.explanation
-    entries = [explanation.get("chosen"), *(explanation.get("alternatives") or [])]
     found = []
-    for entry in entries:
+    for entry in [explanation.get("chosen"), *(explanation.get("alternatives") or [])]:
         if isinstance(entry, dict) and isinstance(entry.get("node"), str):
             reward = entry.get("reward")
-            found.append(
-                {
-                    "node": entry["node"],
-                    "hub_reward": reward.get("total") if isinstance(reward, dict) else None,
-                }
-            )
-    if not found or found[0]["node"] != choice.node:
-        found.insert(0, {"node": choice.node, "hub_reward": None})
+            total = reward.get("total") if isinstance(reward, dict) else None
+            found.append(BidCandidate(entry["node"], total if isinstance(total, int | float) else None))
+    if not found or found[0].node != choice.node:
+        found.insert(0, BidCandidate(choice.node))
     return found
 
 
@@ -71,52 +110,35 @@ async def run_bid_round(
     hub: NodeDirectory, workload_id: str, spec: WorkloadSpec, choice: ReplicaChoice, *, deadline_ms: float
 ) -> BidOutcome | None:
     """The node this replica should go to, or None when no candidate runs a local policy."""
-    candidates = _candidates(choice)
-    asked = [
-        c for c in candidates if (hub.nodes.get(c["node"]) and hub.nodes[c["node"]].telemetry.get("policy"))
-    ]
+    candidates = candidates_of(choice)
+    asked = [c for c in candidates if (live := hub.nodes.get(c.node)) and live.telemetry.get("policy")]
     if not asked:
         return None
-    offer = spec.offer()
     request = BidRequestV1(
         request_id=uuid.uuid4().hex,
         workload_id=workload_id,
         replica=choice.replica,
-        offer=offer,
+        offer=spec.offer(),
         deadline_ms=deadline_ms,
     )
-    bids = await asyncio.gather(*(_ask(hub, c["node"], request, deadline_ms / 1000) for c in asked))
-    by_node = {c["node"]: bid for c, bid in zip(asked, bids, strict=True)}
-    table = []
+    bids = await asyncio.gather(*(_ask(hub, c.node, request, deadline_ms / 1000) for c in asked))
+    by_node = {c.node: bid for c, bid in zip(asked, bids, strict=True)}
+    rows = []
     best: tuple[float, str, str] | None = None
     for candidate in candidates:
-        node = candidate["node"]
-        bid = by_node.get(node)
-        row: dict[str, Any] = {"node": node, "asked": node in by_node, "hub_reward": candidate["hub_reward"]}
-        value: float | None
+        bid = by_node.get(candidate.node)
+        asked_it = candidate.node in by_node
+        row = BidRow(candidate.node, asked=asked_it, hub_reward=candidate.hub_reward, bid=bid)
         if bid is not None:
-            row.update(
-                answered=True,
-                accept=bid.accept,
-                score=bid.score,
-                score_requested=bid.score_requested,
-                action=bid.action,
-                accelerator=bid.accelerator,
-                source=bid.source,
-                weights=bid.weights,
-                latency_us=bid.latency_us,
-            )
             # The replica runs with its requested quotas, so compare what the node expects of
             # those; the chosen bin's score over-values empty nodes (docs/bench-policy.md).
             as_placed = bid.score_requested if bid.score_requested is not None else bid.score
-            value, how = (as_placed, "bid") if bid.accept else (None, "")
+            row.value, how = (as_placed, "bid") if bid.accept else (None, "")
         else:
-            row["answered"] = False
-            value, how = candidate["hub_reward"], "hub-estimate"
-        row["value"] = value
-        table.append(row)
-        if value is not None and (best is None or value > best[0]):
-            best = (value, node, how)
+            row.value, how = candidate.hub_reward, "hub-estimate"
+        rows.append(row)
+        if row.value is not None and (best is None or row.value > best[0]):
+            best = (row.value, candidate.node, how)
     if best is None:
-        return BidOutcome(winner=choice.node, decided_by="scheduler", table=table)
-    return BidOutcome(winner=best[1], decided_by=best[2], table=table)
+        return BidOutcome(winner=choice.node, decided_by="scheduler", rows=rows)
+    return BidOutcome(winner=best[1], decided_by=best[2], rows=rows)
