@@ -130,6 +130,6 @@ def error_body(error: EdgeplaneError) -> dict[str, object]:
     return body
 
 
-class StartupError(Exception):
+class StartupError(EdgeplaneError):
     """The hub cannot start (the store cannot be opened, the API port is taken): one line for the
     operator, no traceback."""

@@ -18,11 +18,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from edgeplane_contract.errors import EdgeplaneError
+
 __all__ = ["NatsReloadError", "NatsServer", "find_nats_server", "free_port"]
 
 
-class NatsReloadError(RuntimeError):
+class NatsReloadError(EdgeplaneError, RuntimeError):
     """The server did not confirm that it applied its configuration file."""
+
+    code = "nats_reload"
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -18,12 +18,15 @@ import aiohttp
 
 from edgeplane_contract.credentials import new_user_seed, public_key_of
 from edgeplane_contract.enrolment import AgentCredentials
+from edgeplane_contract.errors import EdgeplaneError
 
 __all__ = ["JoinError", "join"]
 
 
-class JoinError(Exception):
+class JoinError(EdgeplaneError):
     """The hub refused the join, or could not be reached; the message says which and why."""
+
+    code = "join"
 
 
 async def join(

@@ -29,6 +29,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, Union
 
+from edgeplane_contract.errors import EdgeplaneError
+
 __all__ = [
     "DEFAULT_PREFIX",
     "RESTART_POLICIES",
@@ -71,12 +73,15 @@ RESTART_POLICIES = ("never", "on-failure", "always")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
 
 
-class MessageError(ValueError):
+class MessageError(EdgeplaneError, ValueError):
     """A NATS payload that is not a valid message of the expected type."""
+
+    code = "invalid_message"
+    http_status = 400
 
     def __init__(self, message_type: str, reason: str, *, field: str | None = None) -> None:
         where = f" (field {field!r})" if field else ""
-        super().__init__(f"bad {message_type}{where}: {reason}")
+        super().__init__(f"bad {message_type}{where}: {reason}", field=field)
         self.message_type = message_type
         self.reason = reason
         self.field = field

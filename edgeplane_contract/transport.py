@@ -16,6 +16,7 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
+from edgeplane_contract.errors import EdgeplaneError
 from edgeplane_contract.urls import mask_url
 
 __all__ = ["DEFAULT_MAX_PAYLOAD", "PAYLOAD_MARGIN", "NatsUnavailableError", "connect_nats"]
@@ -29,8 +30,11 @@ DEFAULT_MAX_PAYLOAD = 1 << 20
 PAYLOAD_MARGIN = 4096
 
 
-class NatsUnavailableError(ConnectionError):
+class NatsUnavailableError(EdgeplaneError, ConnectionError):
     """The first connection failed: no server answered in time, or the server refused this client."""
+
+    code = "unavailable"
+    http_status = 503
 
 
 def _is_refusal(text: str) -> bool:

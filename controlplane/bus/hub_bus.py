@@ -18,6 +18,7 @@ from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from edgeplane_contract.errors import EdgeplaneError
 from edgeplane_contract.messages import (
     DEFAULT_PREFIX,
     CommandAckV1,
@@ -43,8 +44,11 @@ __all__ = ["HubBus", "MessageTooLargeError"]
 log = logging.getLogger("edgeplane.hub.bus")
 
 
-class MessageTooLargeError(Exception):
+class MessageTooLargeError(EdgeplaneError):
     """A message larger than the connection's ``max_payload``: it can never be sent as it is."""
+
+    code = "too_large"
+    http_status = 413
 
     def __init__(self, subject: str, size: int, max_payload: int) -> None:
         super().__init__(f"message of {size} bytes on {subject} exceeds the NATS max payload ({max_payload})")

@@ -47,6 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from edgeplane_contract.errors import EdgeplaneError
+
 __all__ = [
     "POLICY_NAMES",
     "BurstPool",
@@ -137,8 +139,11 @@ class PrewarmAdvisor(Protocol):
         ...
 
 
-class UnknownPolicyError(ValueError):
+class UnknownPolicyError(EdgeplaneError, ValueError):
     """A policy name that is not in :data:`POLICY_NAMES`."""
+
+    code = "unknown_policy"
+    http_status = 422
 
     def __init__(self, name: str) -> None:
         super().__init__(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")

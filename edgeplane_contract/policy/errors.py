@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from edgeplane_contract.errors import EdgeplaneError
+
 __all__ = ["ModelIncompatibleError", "ModelLoadError"]
 
 
-class ModelLoadError(Exception):
+class ModelLoadError(EdgeplaneError):
     """The model or its metadata is missing, unreadable or corrupt."""
+
+    code = "model"
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
