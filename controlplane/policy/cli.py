@@ -59,7 +59,7 @@ def _say(message: str) -> None:
 
 
 def _cached(path: Path, make: Any) -> Any:
-    from controlplane.policy.env import Samples
+    from controlplane.policy.samples import Samples
 
     if path.exists():
         _say(f"using cached {path}")
@@ -72,13 +72,13 @@ def _cached(path: Path, make: Any) -> Any:
 
 
 def _held_out(n_seeds: int, keep_cases: bool = False) -> Any:
-    from controlplane.policy.env import EVAL_SEED_BASE, generate
+    from controlplane.policy.samples import EVAL_SEED_BASE, generate
 
     return generate(range(EVAL_SEED_BASE, EVAL_SEED_BASE + n_seeds), 1000, keep_cases=keep_cases)
 
 
 def _train(args: argparse.Namespace) -> int:
-    from controlplane.policy.env import generate
+    from controlplane.policy.samples import generate
     from controlplane.policy.train import TrainConfig, finetune, train
 
     work = Path(args.work_dir)
@@ -114,7 +114,6 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from controlplane.policy.env import EVAL_SEED_BASE, generate
     from controlplane.policy.evaluate import evaluate_policies
     from controlplane.policy.export import OPSET, export_onnx, node_names
     from controlplane.policy.quantize import (
@@ -125,6 +124,7 @@ def _export(args: argparse.Namespace) -> int:
         session,
         write_metadata,
     )
+    from controlplane.policy.samples import EVAL_SEED_BASE, generate
     from controlplane.policy.train import MLP
 
     work = Path(args.work_dir)

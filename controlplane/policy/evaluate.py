@@ -28,7 +28,7 @@ from edgeplane_contract.policy.actions import (
 )
 from edgeplane_contract.policy.features import FEATURE_NAMES
 
-from controlplane.policy.env import Samples
+from controlplane.policy.samples import Samples
 from controlplane.policy.train import mean_reward, split_heads
 
 __all__ = ["SLICES", "baseline_actions", "evaluate_policies", "format_table"]

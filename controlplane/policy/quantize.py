@@ -34,8 +34,8 @@ from edgeplane_contract.objective import AdaptiveWeights
 from edgeplane_contract.policy.actions import ACTION_SPEC, N_BINS, select_actions, select_from_logits
 from edgeplane_contract.policy.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, N_FEATURES
 
-from controlplane.policy.env import Samples
 from controlplane.policy.export import INPUT_NAME, LOGITS_NAME, Q_NAME
+from controlplane.policy.samples import Samples
 from controlplane.policy.train import N_OUTPUTS, mean_reward, split_heads
 
 __all__ = [

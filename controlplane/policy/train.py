@@ -36,7 +36,7 @@ import numpy.typing as npt
 from edgeplane_contract.policy.actions import N_ACTIONS, N_BINS, select_actions, select_from_logits
 from edgeplane_contract.policy.features import N_FEATURES
 
-from controlplane.policy.env import Samples
+from controlplane.policy.samples import Samples
 
 __all__ = ["MLP", "N_OUTPUTS", "TrainConfig", "finetune", "mean_reward", "split_heads", "train"]
 

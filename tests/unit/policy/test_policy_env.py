@@ -12,11 +12,10 @@ from controlplane.policy.env import (
     EVAL_SEED_BASE,
     TRAINING_BATTERY_MULTIPLIER,
     EnvConfig,
-    bin_terms,
-    generate,
     sample_state,
     sample_weights,
 )
+from controlplane.policy.samples import bin_terms, generate
 from controlplane.policy.train import TrainConfig
 
 

@@ -12,10 +12,10 @@ from edgeplane_contract.policy.features import N_FEATURES, NodeView, Offer
 from edgeplane_contract.policy.runtime import DEFAULT_MODEL_PATH, LocalPolicy
 from edgeplane_contract.policy.weights import DEFAULT_WEIGHTS
 
-from controlplane.policy.env import EVAL_SEED_BASE, Samples, generate
 from controlplane.policy.evaluate import baseline_actions, evaluate_policies
 from controlplane.policy.export import export_onnx
 from controlplane.policy.quantize import choose, run_batch, session, write_metadata
+from controlplane.policy.samples import EVAL_SEED_BASE, Samples, generate
 from controlplane.policy.train import MLP, N_OUTPUTS, TrainConfig, mean_reward, split_heads, train
 
 MODEL_DIR = DEFAULT_MODEL_PATH.parent

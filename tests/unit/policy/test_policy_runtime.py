@@ -16,7 +16,7 @@ from edgeplane_contract.policy.heuristic import action_rewards, best_action
 from edgeplane_contract.policy.runtime import DEFAULT_MODEL_PATH, LocalPolicy
 from edgeplane_contract.policy.weights import DEFAULT_WEIGHTS, effective_weights
 
-from controlplane.policy.env import EVAL_SEED_BASE, generate
+from controlplane.policy.samples import EVAL_SEED_BASE, generate
 
 GB = 1e9
 LOGGER = "edgeplane.agent.policy"
