@@ -12,7 +12,14 @@ from controlplane import __version__
 from controlplane.api import enrol, functions, params, views
 from controlplane.api.auth import required_scope
 from controlplane.api.errors import ERROR_SCHEMA
-from controlplane.hub.spec import AFFINITY, AFFINITY_WITHOUT_LABELS, RESOURCES, WORKLOAD, WorkloadSpec
+from controlplane.hub.spec import (
+    AFFINITY,
+    AFFINITY_WITHOUT_LABELS,
+    ANTI_AFFINITY,
+    RESOURCES,
+    WORKLOAD,
+    WorkloadSpec,
+)
 from controlplane.schema import Model, type_schema
 from controlplane.serverless.spec import FUNCTION, FunctionSpec
 
@@ -360,7 +367,14 @@ def _secured(path: str, method: str, operation: dict[str, Any]) -> dict[str, Any
     return operation
 
 
-_REQUEST_MODELS: tuple[Model[Any], ...] = (WORKLOAD, RESOURCES, AFFINITY, AFFINITY_WITHOUT_LABELS, FUNCTION)
+_REQUEST_MODELS: tuple[Model[Any], ...] = (
+    WORKLOAD,
+    RESOURCES,
+    AFFINITY,
+    AFFINITY_WITHOUT_LABELS,
+    ANTI_AFFINITY,
+    FUNCTION,
+)
 
 
 def _schemas() -> dict[str, Any]:

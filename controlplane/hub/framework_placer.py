@@ -6,14 +6,13 @@ live hub runs exactly the scheduler the simulator measures (``controlplane.sched
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from controlplane.federation.config import FederationConfig
 from controlplane.hub.placement import PlacementNode, PlacementOutcome, ReplicaChoice
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.scheduling.model import (
-    Affinity,
-    AntiAffinity,
     Assignment,
     GpuDevice,
     NodeState,
@@ -35,17 +34,8 @@ def to_request(workload_id: str, spec: WorkloadSpec) -> WorkloadRequest:
         resources=spec.resources,
         replicas=spec.replicas,
         priority=spec.priority,
-        affinity=Affinity(
-            clusters=list(spec.affinity.clusters),
-            regions=list(spec.affinity.regions),
-            nodes=list(spec.affinity.nodes),
-            node_labels=dict(spec.affinity.node_labels),
-        ),
-        anti_affinity=AntiAffinity(
-            clusters=list(spec.anti_affinity.clusters),
-            nodes=list(spec.anti_affinity.nodes),
-            regions=list(spec.anti_affinity.regions),
-        ),
+        affinity=copy.deepcopy(spec.affinity),
+        anti_affinity=copy.deepcopy(spec.anti_affinity),
         gang=spec.gang,
         kind=_KIND.get(spec.kind, "batch"),
         sla_latency_s=spec.sla_latency_s,

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
 
 from edgeplane_contract.messages import RESTART_POLICIES, CommandV1, OfferSpec, RunSpec, encode
 from edgeplane_contract.resources import MIG_PROFILES, ResourceRequest, parse_cpu, parse_memory
 
 from controlplane.errors import PayloadTooLargeError, ValidationError
+from controlplane.scheduling.model import Affinity, AntiAffinity
 from controlplane.schema import (
     Boolean,
     Choice,
@@ -29,18 +30,24 @@ from controlplane.schema import (
 __all__ = [
     "AFFINITY",
     "AFFINITY_WITHOUT_LABELS",
+    "ANTI_AFFINITY",
     "CPU",
     "RESOURCES",
     "RESTART_POLICIES",
     "WORKLOAD",
     "Affinity",
+    "AntiAffinity",
     "WorkloadSpec",
     "blame_field",
     "json_size",
     "memory_kind",
+    "parse_affinity",
     "parse_argv",
     "parse_env",
+    "stored",
 ]
+
+T = TypeVar("T")
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 KINDS = ("batch", "service", "analytics", "inference")
@@ -93,19 +100,17 @@ def parse_env(value: Any, where: str = "env") -> dict[str, str]:
     return dict(value)
 
 
-@dataclass(slots=True)
-class Affinity:
-    clusters: list[str] = field(default_factory=list)
-    regions: list[str] = field(default_factory=list)
-    nodes: list[str] = field(default_factory=list)
-    node_labels: dict[str, str] = field(default_factory=dict)
+def parse_affinity(body: Any, where: str, *, allow_labels: bool = True) -> Affinity:
+    """``body`` (None: no constraint) as the affinity at ``where``; labels only if allowed."""
+    if body is None:
+        return Affinity()
+    return (AFFINITY if allow_labels else AFFINITY_WITHOUT_LABELS).parse(body, where)
 
-    @classmethod
-    def parse(cls, body: Any, where: str, *, allow_labels: bool = True) -> Affinity:
-        """``body`` (None: no constraint) as the affinity at ``where``; labels only if allowed."""
-        if body is None:
-            return cls()
-        return (AFFINITY if allow_labels else AFFINITY_WITHOUT_LABELS).parse(body, where)
+
+def stored(cls: type[T], data: Mapping[str, Any] | None) -> T:
+    """A stored dataclass, keeping only the keys it has (stored by an older hub: extra keys)."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in (data or {}).items() if k in names})
 
 
 @dataclass(slots=True)
@@ -118,8 +123,9 @@ class WorkloadSpec:
     resources: ResourceRequest = field(default_factory=ResourceRequest)
     replicas: int = 1
     priority: int = 0
+    # The scheduler's own constraint types (``scheduling.model``): one affinity from API to scheduler.
     affinity: Affinity = field(default_factory=Affinity)
-    anti_affinity: Affinity = field(default_factory=Affinity)
+    anti_affinity: AntiAffinity = field(default_factory=AntiAffinity)
     gang: bool = False
     kind: str = "batch"
     sla_latency_s: float | None = None
@@ -196,8 +202,8 @@ class WorkloadSpec:
         spec.resources = ResourceRequest(**(data.get("resources") or {}))
         spec.replicas = int(data.get("replicas", 1))
         spec.priority = int(data.get("priority", 0))
-        spec.affinity = Affinity(**(data.get("affinity") or {}))
-        spec.anti_affinity = Affinity(**(data.get("anti_affinity") or {}))
+        spec.affinity = stored(Affinity, data.get("affinity"))
+        spec.anti_affinity = stored(AntiAffinity, data.get("anti_affinity"))
         spec.gang = bool(data.get("gang", False))
         spec.kind = data.get("kind", "batch")
         spec.sla_latency_s = data.get("sla_latency_s")
@@ -323,10 +329,24 @@ _AFFINITY_LISTS = (
 AFFINITY = Model(
     "Affinity",
     Affinity,
-    (*_AFFINITY_LISTS, Field("node_labels", StringMap())),
+    (
+        *_AFFINITY_LISTS,
+        Field("node_labels", StringMap(), description="labels a node must have"),
+        Field(
+            "preferred_labels", StringMap(), description="labels a node should have (a score, not a filter)"
+        ),
+    ),
 )
-# Anti-affinity and a function's affinity: no labels (stored there as {}).
+# A function's affinity: no labels (stored there as {}).
 AFFINITY_WITHOUT_LABELS = Model("AffinityWithoutLabels", Affinity, _AFFINITY_LISTS)
+ANTI_AFFINITY = Model(
+    "AntiAffinity",
+    AntiAffinity,
+    (
+        *_AFFINITY_LISTS,
+        Field("spread_replicas", Boolean(), description="no two replicas on one node"),
+    ),
+)
 
 
 def _seconds(name: str) -> Field:
@@ -361,7 +381,7 @@ WORKLOAD: Model[WorkloadSpec] = Model(
         Field("replicas", Integer(1, 1000)),
         Field("priority", Integer(-1000, 1000)),
         Field("affinity", Nested(AFFINITY), nullable=True),
-        Field("anti_affinity", Nested(AFFINITY_WITHOUT_LABELS), nullable=True),
+        Field("anti_affinity", Nested(ANTI_AFFINITY), nullable=True),
         Field("gang", Boolean()),
         Field("kind", Choice(KINDS)),
         _seconds("sla_latency_s"),

@@ -22,6 +22,7 @@ from controlplane.hub.spec import (
     json_size,
     memory_kind,
     parse_argv,
+    stored,
 )
 from controlplane.schema import Choice, Custom, Field, Integer, Model, Nested, Number, Text
 
@@ -101,7 +102,7 @@ class FunctionSpec:
     @classmethod
     def from_stored(cls, data: dict[str, Any]) -> FunctionSpec:
         values = dict(data)
-        values["affinity"] = Affinity(**(values.get("affinity") or {}))
+        values["affinity"] = stored(Affinity, values.get("affinity"))
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:

@@ -140,6 +140,36 @@ async def test_replicas_spread_and_all_must_succeed(nats_server, sqlite_url, tmp
         assert sorted(done["nodes"]) == ["n1", "n2"]
 
 
+async def test_affinity_from_the_api_reaches_the_scheduler_as_it_is(nats_server, sqlite_url, tmp_path):
+    """One affinity model from the API to the scheduler: preferred labels steer, spread_replicas
+    keeps replicas apart though each node has room for both (a packing profile would put them
+    together), and the stored spec shows them."""
+    async with (
+        running_hub(nats_server.url, sqlite_url, scheduler="binpack", bid_deadline_ms=0) as (_, api),
+        running_agents(nats_server.url, tmp_path, ["s1", "s2", "s3"], cpu=4.0, labels={"tier": "edge"}),
+    ):
+        spread = await api.post_workload(
+            {
+                "name": "spread",
+                "command": ["sleep", "0.3"],
+                "replicas": 2,
+                "resources": {"cpu": "100m"},
+                "affinity": {"preferred_labels": {"tier": "edge"}},
+                "anti_affinity": {"spread_replicas": True, "nodes": ["s3"]},
+            }
+        )
+        done = await api.wait_status(spread, "Succeeded", "Failed")
+        assert done["status"] == "Succeeded"
+        assert sorted(done["nodes"]) == ["s1", "s2"]
+        assert done["spec"]["affinity"]["preferred_labels"] == {"tier": "edge"}
+        assert done["spec"]["anti_affinity"] == {
+            "clusters": [],
+            "nodes": ["s3"],
+            "regions": [],
+            "spread_replicas": True,
+        }
+
+
 async def test_an_idempotency_key_makes_a_retried_post_return_the_same_workload(
     nats_server, sqlite_url, tmp_path
 ):

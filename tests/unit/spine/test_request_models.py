@@ -13,7 +13,7 @@ from aiohttp.test_utils import make_mocked_request
 from controlplane.api import params
 from controlplane.api.openapi import openapi_document
 from controlplane.errors import InvocationFailedError, ValidationError, error_body
-from controlplane.hub.spec import AFFINITY, AFFINITY_WITHOUT_LABELS, RESOURCES, WORKLOAD
+from controlplane.hub.spec import AFFINITY, AFFINITY_WITHOUT_LABELS, ANTI_AFFINITY, RESOURCES, WORKLOAD
 from controlplane.schema import Choice, Integer, Model, Number, Text
 from controlplane.serverless.spec import FUNCTION
 
@@ -32,11 +32,12 @@ BASES: dict[str, dict[str, Any]] = {
     "Resources": {},
     "Affinity": {},
     "AffinityWithoutLabels": {},
+    "AntiAffinity": {},
 }
 
 
 def _models() -> list[Model[Any]]:
-    return [WORKLOAD, FUNCTION, RESOURCES, AFFINITY, AFFINITY_WITHOUT_LABELS]
+    return [WORKLOAD, FUNCTION, RESOURCES, AFFINITY, AFFINITY_WITHOUT_LABELS, ANTI_AFFINITY]
 
 
 def _document_accepts(component: str, body: Any) -> bool:
@@ -115,6 +116,9 @@ CUSTOM_CASES = [
     ("Resources", {"disk": 1}, False),
     ("Affinity", {"node_labels": {"zone": "a"}}, True),
     ("AffinityWithoutLabels", {"node_labels": {}}, False),
+    ("Affinity", {"preferred_labels": {"zone": "a"}}, True),
+    ("AntiAffinity", {"spread_replicas": True, "nodes": ["n1"]}, True),
+    ("AntiAffinity", {"node_labels": {"zone": "a"}}, False),
     ("Affinity", {"clusters": [""]}, False),
     ("WorkloadSpec", {"command": []}, False),
     ("WorkloadSpec", {"command": ["", "x"]}, False),
