@@ -1,0 +1,312 @@
+"""The invocation path: pick a node, send the invocation, wait for its answer.
+
+The router (:mod:`controlplane.serverless.router`) picks a node and whether to use a warm instance,
+wait for a busy one or cold-start. An agent that has no subscriber (it is gone) is skipped and the
+invocation tried once elsewhere; an agent that dies mid-invocation ends it with ``agent_lost`` (not
+retried: it may have had effects). Every request has a deadline. An answer that does not come (lost
+with a connection, or the node fell silent) is asked of the node before the invocation fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from edgeplane_contract.messages import (
+    InvocationQueryV1,
+    InvocationStatusV1,
+    InvokeResultV1,
+    InvokeV1,
+    MessageError,
+    decode,
+    encode,
+)
+from edgeplane_contract.transport import PAYLOAD_MARGIN
+
+from controlplane.bus.hub_bus import MessageTooLargeError
+from controlplane.errors import PayloadTooLargeError
+from controlplane.hub.nodes import FunctionHost
+from controlplane.serverless.estimates import Estimates, FunctionStats
+from controlplane.serverless.outcome import InvocationOutcome, accept_result
+from controlplane.serverless.registry import FunctionRegistry
+from controlplane.serverless.router import Route, route
+from controlplane.serverless.settings import ServerlessSettings
+from controlplane.serverless.spec import FunctionSpec
+from controlplane.serverless.warmth import Spawn, Warmth
+
+__all__ = ["COLD_START_BUDGET_S", "RECONNECT_WAIT_S", "Invoker"]
+
+log = logging.getLogger("edgeplane.hub.functions")
+
+# Error codes of invocations whose handler ran to its end: their timings are the function's own.
+_RAN_TO_THE_END = ("function_error", "bad_result", "result_too_large")
+# Time allowed on top of a function's timeout for a cold start and the network.
+COLD_START_BUDGET_S = 30.0
+# How long an invocation waits for the hub's NATS connection to come back before it is sent.
+RECONNECT_WAIT_S = 15.0
+
+
+class Invoker:
+    """Runs synchronous invocations of one hub's functions on its nodes."""
+
+    def __init__(
+        self,
+        hub: FunctionHost,
+        settings: ServerlessSettings,
+        *,
+        registry: FunctionRegistry,
+        warmth: Warmth,
+        estimates: Estimates,
+        stats: dict[str, FunctionStats],
+        counters: Counter[str],
+        spawn: Spawn,
+    ) -> None:
+        self.hub = hub
+        self.settings = settings
+        self.registry = registry
+        self.warmth = warmth
+        self.estimates = estimates
+        self.stats = stats
+        self.counters = counters
+        self._spawn = spawn
+
+    def check_event(self, spec: FunctionSpec, event: Any) -> None:
+        """Refuse (413, naming the body) an event that, with the function's code, cannot fit in one
+        NATS message: the agent could never receive the invocation."""
+        room = self.hub.bus.max_payload - PAYLOAD_MARGIN
+        size = len(encode(InvokeV1(invocation_id="0" * 32, code=spec.code(), event=event)))
+        if size > room:
+            raise PayloadTooLargeError(
+                f"the invocation would be {size} bytes with this event, over the {room} one NATS message "
+                "can carry here (strings count JSON-escaped)",
+                field="<body>",
+            )
+
+    async def invoke(
+        self, name: str, event: Any, *, version: int | None = None, invocation_id: str | None = None
+    ) -> InvocationOutcome:
+        spec = self.registry.resolve(name, version)
+        assert spec.version is not None
+        self.check_event(spec, event)
+        invocation_id = invocation_id or uuid.uuid4().hex
+        begin = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        successors = self.warmth.observe_arrival(name, now)
+        for successor in successors:
+            if successor in self.registry.specs and successor != name:
+                self._spawn(self.warmth.prewarm(successor, reason="call graph"))
+        tried: set[str] = set()
+        outcome: InvocationOutcome | None = None
+        for _attempt in range(3):
+            decision = route(
+                self.warmth.options(spec, tried),
+                exec_ms=self.estimates.exec_ms(name),
+                weights=self.settings.energy,
+            )
+            if decision is None:
+                break
+            tried.add(decision.node)
+            outcome = await self._dispatch(spec, decision, event, invocation_id, begin, now)
+            if outcome is not None:
+                break
+        if outcome is None:
+            outcome = InvocationOutcome(
+                invocation_id=invocation_id,
+                function=name,
+                version=spec.version,
+                node=None,
+                ok=False,
+                error={
+                    "code": "no_capacity",
+                    "type": "NoCapacity",
+                    "message": "no Ready node can run this function"
+                    + (f" (tried {sorted(tried)})" if tried else ""),
+                },
+                total_ms=(time.perf_counter() - begin) * 1000,
+            )
+        self._record(spec, outcome)
+        return outcome
+
+    async def _dispatch(
+        self, spec: FunctionSpec, decision: Route, event: Any, invocation_id: str, begin: float, now: float
+    ) -> InvocationOutcome | None:
+        """Send to one node; None when that node had no agent listening (safe to try elsewhere)."""
+        assert spec.version is not None
+        node = decision.node
+        live = self.hub.nodes[node]
+        keep_alive, prewarm_after = self.warmth.keep_alive(spec, node, now)
+        request = InvokeV1(
+            invocation_id=invocation_id,
+            code=spec.code(),
+            event=event,
+            keep_alive_s=keep_alive,
+            allow_cold=decision.allow_cold,
+            sent_at=time.time(),
+        )
+        key = (node, spec.name, spec.version)
+        self.warmth.dispatched(key)
+        lost = self.warmth.lost_event(node)
+        boot_id = live.boot_id
+        sent = time.perf_counter()
+        outcome = InvocationOutcome(
+            invocation_id=invocation_id,
+            function=spec.name,
+            version=spec.version,
+            node=node,
+            ok=False,
+            mode=decision.mode,
+        )
+        budget_s = spec.timeout_s + COLD_START_BUDGET_S
+        try:
+            subject = self.hub.bus.subjects(live.cluster).invoke(node)
+            # Not connected at this moment (NATS restarting): nothing was sent, so waiting for the
+            # connection within the invocation's budget and sending then runs it once, not never.
+            await self._wait_connected(live.cluster, min(budget_s, RECONNECT_WAIT_S))
+            request_task = asyncio.ensure_future(
+                self.hub.bus.request(live.cluster, subject, encode(request), deadline_s=budget_s)
+            )
+            lost_task = asyncio.ensure_future(lost.wait())
+            done, _ = await asyncio.wait({request_task, lost_task}, return_when=asyncio.FIRST_COMPLETED)
+            lost_task.cancel()
+            if request_task not in done:
+                # The node went silent: dead, or only cut off and still running the function (its
+                # answer then arrives when it is heard again). Wait for it as long as the cluster
+                # holds a silent node's work (eviction grace) within the function's timeout, or
+                # until the node is back as a new agent process (its worker died with the old
+                # one); then ask it once for a finished result before giving up.
+                cluster = self.hub.federation.cluster(live.cluster)
+                grace_s = cluster.eviction_grace_s if cluster is not None else 0.0
+                await self._outlast_silence(request_task, node, boot_id, min(spec.timeout_s, grace_s))
+            if not request_task.done():
+                request_task.cancel()
+                lost_error = {
+                    "code": "agent_lost",
+                    "type": "AgentLost",
+                    "message": f"node {node} stopped answering during the invocation",
+                }
+                await self._answer_from_node(outcome, live.cluster, sent, spec, lost_error)
+            else:
+                try:
+                    data = request_task.result()
+                except NoRespondersError:
+                    self.counters["no_responders"] += 1
+                    return None
+                except (TimeoutError, NatsTimeoutError):
+                    # The answer may have been lost with a connection (NATS restarted while the
+                    # function ran): the node keeps finished results; ask it before giving up.
+                    timeout_error = {
+                        "code": "timeout",
+                        "type": "Timeout",
+                        "message": f"no answer from {node} within {budget_s:g}s",
+                    }
+                    await self._answer_from_node(outcome, live.cluster, sent, spec, timeout_error)
+                except ConnectionError as exc:
+                    outcome.error = {"code": "unavailable", "type": "Unavailable", "message": str(exc)}
+                except MessageTooLargeError as exc:
+                    outcome.error = {"code": "too_large", "type": "TooLarge", "message": str(exc)}
+                else:
+                    self.apply_result(outcome, data, sent, spec, node)
+        finally:
+            self.warmth.returned(key)
+        outcome.total_ms = (time.perf_counter() - begin) * 1000
+        routing_ms = (sent - begin) * 1000
+        outcome.queue_ms += routing_ms
+        if outcome.ok and prewarm_after > 0:
+            self.warmth.schedule_prewarm(spec.name, prewarm_after)
+        return outcome
+
+    async def _outlast_silence(
+        self, request: asyncio.Future[bytes], node: str, boot_id: str, timeout_s: float
+    ) -> None:
+        """Wait for ``request``'s answer while its node is silent: at most ``timeout_s``, and no
+        longer once the node is back as another agent process (a new boot id)."""
+        for _ in range(int(timeout_s / 0.5)):
+            done, _ = await asyncio.wait({request}, timeout=0.5)
+            if done:
+                return
+            live = self.hub.nodes.get(node)
+            if live is not None and live.boot_id != boot_id and live.status == "Ready":
+                return
+
+    async def _wait_connected(self, cluster: str, within_s: float) -> None:
+        """Until the hub's NATS connection for ``cluster`` is up, at most ``within_s`` seconds."""
+        for _ in range(max(1, int(within_s / 0.1))):  # bounded: polled, the bus has no such event
+            if self.hub.bus.hearing_since(cluster) is not None:
+                return
+            await asyncio.sleep(0.1)
+
+    async def _answer_from_node(
+        self, outcome: InvocationOutcome, cluster: str, sent: float, spec: FunctionSpec, error: dict[str, Any]
+    ) -> None:
+        """The answer did not come (lost with a connection, or the node fell silent): take the
+        node's finished result if it has one, else fail ``outcome`` with ``error``."""
+        assert outcome.node is not None
+        finished = await self._ask_node(cluster, outcome.node, outcome.invocation_id)
+        if finished is None:
+            outcome.error = error
+            return
+        self.counters["answers_recovered"] += 1
+        self.apply_result(outcome, finished, sent, spec, outcome.node)
+
+    async def _ask_node(self, cluster: str, node: str, invocation_id: str) -> bytes | None:
+        """The encoded result of ``invocation_id`` if ``node`` finished it (None: it did not, it
+        does not know it, or it cannot be asked now)."""
+        query = InvocationQueryV1(query_id=uuid.uuid4().hex, invocation_ids=[invocation_id])
+        try:
+            subject = self.hub.bus.subjects(cluster).invocation_query(node)
+            data = await self.hub.bus.request(cluster, subject, encode(query), deadline_s=2.0)
+        except Exception:  # not reachable, nobody listening, no answer in time: no result
+            return None
+        try:
+            status = decode(data, InvocationStatusV1)
+        except MessageError as exc:
+            self.hub.bus.malformed["invocation_status"] += 1
+            log.warning("node %s answered the invocation query with a malformed reply: %s", node, exc)
+            return None
+        for result in status.finished:
+            if result.invocation_id == invocation_id:
+                return encode(result)
+        return None
+
+    def apply_result(
+        self, outcome: InvocationOutcome, data: bytes, sent: float, spec: FunctionSpec, node: str
+    ) -> None:
+        try:
+            result = decode(data, InvokeResultV1)
+        except MessageError as exc:
+            self.hub.bus.malformed["invoke_result"] += 1
+            outcome.error = {"code": "bad_reply", "type": "BadReply", "message": str(exc)}
+            return
+        accept_result(outcome, result)
+        round_trip = (time.perf_counter() - sent) * 1000
+        agent_ms = result.cold_start_ms + result.queue_ms + result.exec_ms
+        if outcome.error is None or outcome.error.get("code") in _RAN_TO_THE_END:
+            self.estimates.observe(
+                spec.name,
+                node,
+                exec_ms=result.exec_ms,
+                cold_ms=result.cold_start_ms if result.cold_start else None,
+                overhead_ms=round_trip - agent_ms,
+            )
+        if result.instance_id and outcome.ok:
+            self.warmth.served(node, spec, result)
+
+    def _record(self, spec: FunctionSpec, outcome: InvocationOutcome) -> None:
+        stats = self.stats.setdefault(spec.name, FunctionStats())
+        code = (outcome.error or {}).get("code")
+        stats.record(
+            outcome.node or "-",
+            cold=outcome.cold_start,
+            latency_ms=outcome.total_ms,
+            cold_ms=outcome.cold_start_ms,
+            ok=outcome.ok,
+            timeout=code == "timeout",
+        )

@@ -1,0 +1,19 @@
+"""How the hub's serverless side is tuned: the keep-alive policy, the energy weights of routing and
+the bounds on keep-alive."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controlplane.serverless.keepalive import Policy, make_policy
+from controlplane.serverless.router import EnergyWeights
+
+__all__ = ["ServerlessSettings"]
+
+
+@dataclass(slots=True)
+class ServerlessSettings:
+    policy: Policy = field(default_factory=lambda: make_policy("edgeplane"))  # parsed at the entry
+    energy: EnergyWeights = field(default_factory=EnergyWeights)
+    battery_keep_alive_factor: float = 0.5  # battery nodes keep idle instances this fraction as long
+    max_keep_alive_s: float = 4 * 3600.0
