@@ -9,7 +9,7 @@ Every placement and function instance (a *unit*) starts
 * in a private group (a gid of its own from :data:`PRIVATE_GIDS`, shared by the instances of one
   function version) that alone may enter its work dir (``root:<gid>``, mode 0770), so one
   workload cannot read or write another's files even though they run as the same user;
-* in cgroups of its own (:class:`edge_agent.cgroups.UnitGroups`): a stop kills every process of
+* in cgroups of its own (:class:`edge_agent.unit_groups.UnitGroups`): a stop kills every process of
   the unit, ``setsid`` ones included, and ``pids.max`` bounds how many it may have.
 
 The agent's own work dir (logs, state, credentials) is made 0700 when code runs as another user;
@@ -40,7 +40,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edge_agent.cgroups import UnitGroups, detect_unit_groups
 from edge_agent.child_process import MINIMAL_PATH, build_env, child_setup, prctl_available
 from edge_agent.private_groups import PRIVATE_GIDS, GroupPool, gids_mapped
 from edge_agent.run_user import (
@@ -53,6 +52,7 @@ from edge_agent.run_user import (
     resolve_run_user,
     worker_python,
 )
+from edge_agent.unit_groups import UnitGroups, detect_unit_groups
 
 __all__ = [
     "DEFAULT_RUN_USER",
