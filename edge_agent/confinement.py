@@ -9,7 +9,7 @@ Every placement and function instance (a *unit*) starts
 * in a private group (a gid of its own from :data:`PRIVATE_GIDS`, shared by the instances of one
   function version) that alone may enter its work dir (``root:<gid>``, mode 0770), so one
   workload cannot read or write another's files even though they run as the same user;
-* in cgroups of its own (:class:`edge_agent.cgroups.UnitGroups`): a stop kills every process of
+* in cgroups of its own (:class:`edge_agent.unit_groups.UnitGroups`): a stop kills every process of
   the unit, ``setsid`` ones included, and ``pids.max`` bounds how many it may have.
 
 The agent's own work dir (logs, state, credentials) is made 0700 when code runs as another user;
@@ -19,34 +19,45 @@ one of the same version where the run user cannot reach it (:func:`worker_python
 :meth:`Confinement.detect` works out once at start what this machine allows;
 :attr:`Confinement.report` says it (sent to the hub at registration) and what could not be
 enforced is logged once.
+
+Here: the sandbox lifecycle of a unit (:class:`Confinement`). Who code runs as and what that user
+may reach: :mod:`edge_agent.run_user`; the child's environment and its setup between fork and exec:
+:mod:`edge_agent.child_process`; private gids: :mod:`edge_agent.private_groups`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import grp
 import hashlib
 import logging
 import os
-import pwd
 import re
 import shutil
 import signal
-import stat
-import subprocess
 import sys
-import sysconfig
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from edge_agent.cgroups import UnitGroups, detect_unit_groups
+from edge_agent.child_process import MINIMAL_PATH, build_env, child_setup, prctl_available
+from edge_agent.private_groups import PRIVATE_GIDS, GroupPool, gids_mapped
+from edge_agent.run_user import (
+    AGENT_USER,
+    DEFAULT_RUN_USER,
+    RunUser,
+    WorkerPython,
+    blocked_at,
+    python_blocked_for,
+    resolve_run_user,
+    worker_python,
+)
+from edge_agent.unit_groups import UnitGroups, detect_unit_groups
 
 __all__ = [
     "DEFAULT_RUN_USER",
     "MINIMAL_PATH",
+    "PRIVATE_GIDS",
     "Confinement",
     "GroupPool",
     "RunUser",
@@ -55,6 +66,7 @@ __all__ = [
     "blocked_at",
     "build_env",
     "child_setup",
+    "gids_mapped",
     "isolation_report",
     "python_blocked_for",
     "resolve_run_user",
@@ -63,62 +75,11 @@ __all__ = [
 
 log = logging.getLogger("edgeplane.agent.confinement")
 
-MINIMAL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-DEFAULT_RUN_USER = "edgeplane-run"
-AS_AGENT = ("", "agent")  # run_as values that mean "the agent's own user" (an explicit opt-out)
-# Private gids: above every login and systemd range (dynamic users, nspawn containers end at
-# 0x6FFFFFFF), below 2^31. A gid named in the group database is skipped.
-PRIVATE_GIDS = range(0x7000_0000, 0x7000_0000 + 2**20)
 SANDBOX_FALLBACK = Path("/var/lib/edgeplane/sandboxes")
 # The function worker (stdlib only), installed as a script where the run user can read it.
 WORKER_SOURCE = Path(__file__).resolve().parent / "functions" / "worker.py"
 RUNTIME_DIR = ".runtime"  # in the sandbox root; unit names cannot start with a dot
-
-_PR_SET_PDEATHSIG = 1
-_PR_SET_NO_NEW_PRIVS = 38
 _UNIT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-
-_libc: Any = None
-if sys.platform.startswith("linux"):
-    try:
-        import ctypes
-
-        _libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:  # pragma: no cover
-        _libc = None
-
-try:
-    import resource as _resource
-except ImportError:  # pragma: no cover - not on POSIX
-    _resource = None  # type: ignore[assignment]
-
-
-# --- pure parts --------------------------------------------------------------------------------
-
-
-def build_env(own: Mapping[str, str], *, home: str, edgeplane: Mapping[str, str]) -> dict[str, str]:
-    """The whole environment of a unit: defaults, then its own ``env``, then the edgeplane
-    variables (which its ``env`` cannot override). Nothing comes from the agent's environment."""
-    env = {"PATH": MINIMAL_PATH, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
-    env.update(own)
-    env.update(edgeplane)
-    return env
-
-
-@dataclass(frozen=True, slots=True)
-class RunUser:
-    """Who user code runs as: ``uid``/``gid`` None means the agent's own user (nothing dropped)."""
-
-    name: str
-    uid: int | None = None
-    gid: int | None = None
-
-    @property
-    def drops(self) -> bool:
-        return self.uid is not None
-
-
-AGENT_USER = RunUser("agent-user")
 
 
 def isolation_report(
@@ -148,199 +109,9 @@ def isolation_report(
     }
 
 
-def _may(st: os.stat_result, uid: int, gids: set[int], bits: int) -> bool:
-    """Whether ``uid`` with ``gids`` has the rwx ``bits`` (4, 2, 1 combined) on a file."""
-    if uid == 0:
-        return True
-    if st.st_uid == uid:
-        shift = 6
-    elif st.st_gid in gids:
-        shift = 3
-    else:
-        shift = 0
-    return (st.st_mode >> shift) & bits == bits
-
-
-def blocked_at(path: Path, *, uid: int, gids: set[int], bits: int = 1) -> str | None:
-    """Why ``uid`` cannot reach ``path`` with ``bits`` on it (every directory on the way must be
-    searchable, symlinks followed), or None when it can. Mode bits only (no ACLs)."""
-    for candidate in dict.fromkeys([path.absolute(), path.resolve()]):
-        walked = Path(candidate.anchor)
-        for part in candidate.parts[1:]:
-            try:
-                if not _may(walked.stat(), uid, gids, 1):
-                    return f"{walked} is not searchable"
-            except OSError as exc:
-                return f"{walked}: {exc.strerror or exc}"
-            walked = walked / part
-        try:
-            if not _may(candidate.stat(), uid, gids, bits):
-                return f"{candidate} has mode {stat.filemode(candidate.stat().st_mode)}"
-        except OSError as exc:
-            return f"{candidate}: {exc.strerror or exc}"
-    return None
-
-
-def gids_mapped(gid_map: str, gids: range) -> bool:
-    """Whether ``/proc/self/gid_map`` (``inside outside count`` lines) maps all of ``gids``."""
-    for line in gid_map.splitlines():
-        parts = line.split()
-        if len(parts) == 3:
-            inside, _, count = (int(p) for p in parts)
-            if inside <= gids.start and gids.stop <= inside + count:
-                return True
-    return False
-
-
 def _unit_name(text: str) -> str:
     """A safe file/cgroup name for a unit id from the wire (a hash when it is not one already)."""
     return text if _UNIT.match(text) else "u-" + hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-class GroupPool:
-    """Private gids keyed by unit (or function version): ``hash(key)`` into :data:`PRIVATE_GIDS`,
-    probing past gids in use here or named in the group database. Reference counted."""
-
-    def __init__(self, gids: range = PRIVATE_GIDS, *, named: Callable[[int], bool] | None = None) -> None:
-        self.gids = gids
-        self.named = named or _gid_named
-        self._held: dict[str, tuple[int, int]] = {}  # key -> (gid, references)
-
-    def acquire(self, key: str) -> int:
-        if key in self._held:
-            gid, refs = self._held[key]
-            self._held[key] = (gid, refs + 1)
-            return gid
-        used = {gid for gid, _ in self._held.values()}
-        start = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % len(self.gids)
-        for step in range(len(self.gids)):
-            gid = self.gids[(start + step) % len(self.gids)]
-            if gid not in used and not self.named(gid):
-                self._held[key] = (gid, 1)
-                return gid
-        raise OSError("no free private gid")
-
-    def release(self, key: str) -> None:
-        if key not in self._held:
-            return
-        gid, refs = self._held[key]
-        if refs <= 1:
-            del self._held[key]
-        else:
-            self._held[key] = (gid, refs - 1)
-
-
-def _gid_named(gid: int) -> bool:
-    try:
-        grp.getgrgid(gid)
-    except KeyError:
-        return False
-    return True
-
-
-# --- the child, between fork and exec ----------------------------------------------------------
-
-
-def child_setup(
-    *,
-    procs: Sequence[str],
-    memory_bytes: int | None,
-    uid: int | None,
-    gid: int | None,
-    parent_pid: int,
-    no_new_privs: bool = True,
-) -> Callable[[], None]:
-    """The ``preexec_fn`` of every unit: join its cgroups and set limits (best effort, as root),
-    then drop to ``uid``/``gid`` (raises if that fails: the exec must not happen), then set
-    PR_SET_PDEATHSIG (after the drop: a credential change clears it) and PR_SET_NO_NEW_PRIVS."""
-
-    def apply() -> None:
-        for path in procs:
-            # "0" moves the writing process itself; before the exec, so no instruction runs outside.
-            try:
-                fd = os.open(path, os.O_WRONLY)
-                try:
-                    os.write(fd, b"0")
-                finally:
-                    os.close(fd)
-            except Exception:
-                pass
-        if _resource is not None and memory_bytes is not None:
-            try:
-                _resource.setrlimit(_resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-            except Exception:
-                pass
-        if gid is not None:
-            os.setgroups([])
-            os.setgid(gid)
-        if uid is not None:
-            os.setuid(uid)
-        if _libc is not None:
-            zero = ctypes.c_ulong(0)
-            _libc.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), zero, zero, zero)
-            if os.getppid() != parent_pid:  # the agent died before the line above: die too
-                os._exit(137)
-            if no_new_privs and _libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), zero, zero, zero):
-                raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
-
-    return apply
-
-
-# --- run user ----------------------------------------------------------------------------------
-
-
-def _create_user(name: str) -> str | None:
-    """``useradd`` a system user without a home or a login shell; an error message or None."""
-    try:
-        done = subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return str(exc)
-    return None if done.returncode == 0 else (done.stderr.strip() or f"exit code {done.returncode}")
-
-
-def _lookup(name: str) -> pwd.struct_passwd | None:
-    try:
-        return pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
-    except KeyError:
-        return None
-
-
-def resolve_run_user(run_as: str, *, euid: int | None = None) -> tuple[RunUser, list[str]]:
-    """Who user code runs as, and what that leaves unenforced (one line each).
-
-    Not root: the agent's user (there is nothing to drop). ``run_as`` "" or "agent": the agent's
-    user, on purpose. Else the named user; the default one is created when missing; a user that
-    cannot be had falls back to ``nobody``, never to the agent's user.
-    """
-    euid = os.geteuid() if euid is None else euid
-    if euid != 0:
-        return AGENT_USER, [f"the agent is not root: user code runs as the agent's user (uid {euid})"]
-    if run_as in AS_AGENT:
-        return AGENT_USER, [f"run_as {run_as!r}: user code runs as the agent's user (root), by request"]
-    entry = _lookup(run_as)
-    notes: list[str] = []
-    if entry is None and run_as == DEFAULT_RUN_USER:
-        error = _create_user(run_as)
-        entry = _lookup(run_as)  # another agent may have created it meanwhile
-        if entry is None:
-            notes.append(f"could not create user {run_as} ({error}): user code runs as nobody")
-    elif entry is None:
-        notes.append(f"no user {run_as!r}: user code runs as nobody")
-    if entry is None:
-        entry = _lookup("nobody")
-        if entry is None:
-            return RunUser("nobody", 65534, 65534), notes
-    if entry.pw_uid == 0:
-        return AGENT_USER, [f"run_as {run_as!r} is root: user code runs as root"]
-    return RunUser(entry.pw_name, entry.pw_uid, entry.pw_gid), notes
-
-
-# --- units -------------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -373,7 +144,7 @@ class Confinement:
         self.run_user = run_user
         self.groups = groups or UnitGroups([], pids_max=None)
         self.gid_pool = gid_pool if run_user.drops else None
-        self.no_new_privs = no_new_privs and _libc is not None
+        self.no_new_privs = no_new_privs and prctl_available()
         # The interpreter Python function workers run (None: they cannot run, for python_blocked).
         self.python = python if python is not None or python_blocked else worker_python(None)[0]
         self.python_blocked = python_blocked if self.python is None else None
@@ -622,50 +393,3 @@ class Confinement:
         if self.python is not None and self.python.path:
             env["PYTHONPATH"] = os.pathsep.join(self.python.path)
         return env
-
-
-def python_blocked_for(run_user: RunUser) -> str | None:
-    """Why ``run_user`` (with a private gid: its own groups do not count) cannot run this
-    interpreter and its standard library, or None. (The worker needs nothing else: it runs as a
-    script the agent installs, see :meth:`Confinement.worker_script`.)"""
-    assert run_user.uid is not None
-    uid, gids = run_user.uid, set[int]()
-    return blocked_at(Path(sys.executable), uid=uid, gids=gids, bits=5) or blocked_at(
-        Path(os.__file__).parent, uid=uid, gids=gids, bits=5
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerPython:
-    """The interpreter function workers run: ``kind`` "yes" for the agent's own, "other" for one
-    of the same version the run user can run where it cannot run the agent's (an interpreter
-    under /root); ``path``: the ``PYTHONPATH`` it needs (for another interpreter, the agent's
-    site-packages where the run user can read them, so handlers import what the agent's could)."""
-
-    executable: str
-    path: tuple[str, ...] = ()
-    kind: str = "yes"
-
-
-def worker_python(run_user: RunUser | None) -> tuple[WorkerPython | None, str | None]:
-    """The interpreter function workers of ``run_user`` run (None: they cannot), and why the
-    agent's own was not usable (None when it is)."""
-    if run_user is None or not run_user.drops:
-        return WorkerPython(sys.executable), None
-    why = python_blocked_for(run_user)
-    if why is None:
-        return WorkerPython(sys.executable), None
-    assert run_user.uid is not None
-    uid, gids = run_user.uid, set[int]()
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    other = shutil.which(version, path=MINIMAL_PATH)
-    if (
-        other is None
-        or Path(other).resolve() == Path(sys.executable).resolve()
-        or blocked_at(Path(other), uid=uid, gids=gids, bits=5) is not None
-    ):
-        return None, why
-    paths = sysconfig.get_paths()
-    extra = [Path(paths[key]) for key in ("purelib", "platlib")]
-    usable = [str(p) for p in extra if p.is_dir() and blocked_at(p, uid=uid, gids=gids, bits=5) is None]
-    return WorkerPython(other, tuple(dict.fromkeys(usable)), "other"), why

@@ -19,29 +19,30 @@ it), the next agent started on that work dir resumes them (:meth:`ProcessRunner.
 it looks for NATS: the same restart rules and the same local-policy verdict, hub or no hub. The
 hub later learns of them from the agent's registration and keeps them, or stops them if it has
 meanwhile placed the replica elsewhere.
+
+Here: the supervisor (start, watch, restart, stop). How a process starts:
+:mod:`edge_agent.placement_process`; the state file: :mod:`edge_agent.placement_file`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import json
 import logging
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edgeplane_contract.aio import wait_set
-from edgeplane_contract.messages import MessageError, PlacementState, RunSpec, parse
+from edgeplane_contract.messages import PlacementState, RunSpec
 
 from edge_agent.cgroups import CpuLimiter, NoCpuLimit
-from edge_agent.confinement import Confinement, Sandbox
+from edge_agent.confinement import Confinement
+from edge_agent.placement_file import PlacementFile, SavedPlacement
+from edge_agent.placement_process import RunningPlacement, start_process
 from edge_agent.restarts import Backoff, RestartChoice, as_requested, wants_restart
 
 __all__ = ["ProcessRunner", "RestartAdvisor", "RunningPlacement"]
@@ -49,26 +50,6 @@ __all__ = ["ProcessRunner", "RestartAdvisor", "RunningPlacement"]
 log = logging.getLogger("edgeplane.agent.executor")
 
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
-
-
-@dataclass(slots=True)
-class RunningPlacement:
-    """One placement on this agent: its reported state, its spec and its current process.
-
-    ``cpu``/``memory`` are the quotas of the current process: the request at first, then what the
-    local policy chose at the last restart. ``wake`` cuts a restart back-off short (a stop).
-    """
-
-    state: PlacementState
-    spec: RunSpec
-    process: asyncio.subprocess.Process | None = None
-    task: asyncio.Task[None] | None = None
-    stop_requested: bool = False
-    limits: list[str] = field(default_factory=list)
-    cpu: float = 0.0
-    memory: int = 0
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    sandbox: Sandbox | None = None  # its work dir and cgroups, kept across restarts
 
 
 # Asked when a restart is due (after the back-off): restart with which quotas, or not at all.
@@ -121,7 +102,7 @@ class ProcessRunner:
         self.tombstones: set[str] = set()  # stopped before they ran: a late run command is refused
         self.state_file = state_file
         # What the state file held at start, until resume() decides (kept in the file meanwhile).
-        self._undecided: list[tuple[str, str, RunSpec, int, dict[str, Any]]] | None = None
+        self._undecided: list[SavedPlacement] | None = None
         self.cpu_limiter: CpuLimiter = cpu_limiter or NoCpuLimit()
         self.confinement = confinement or Confinement.unconfined(work_dir)
 
@@ -168,33 +149,7 @@ class ProcessRunner:
         # Placements waiting for the hub's word stay in the file: an agent that dies again before
         # it decided must still know about them.
         items += [item for *_, item in self._undecided or [] if item["placement_id"] not in self.placements]
-        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
-        try:
-            # 0600: the specs hold the workloads' env values.
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.fchmod(fd, 0o600)  # a leftover .tmp keeps its old mode through O_CREAT
-            with open(fd, "w", encoding="utf-8") as handle:
-                handle.write(json.dumps({"version": 1, "placements": items}))
-            os.replace(tmp, self.state_file)
-        except OSError as exc:  # a full disk must not stop the work; resuming is best effort
-            log.warning("could not write %s: %s", self.state_file, exc)
-
-    def _load_state(self) -> list[dict[str, Any]]:
-        assert self.state_file is not None
-        try:
-            raw = json.loads(self.state_file.read_text(encoding="utf-8"))
-            items = raw["placements"]
-            if not isinstance(items, list):
-                raise ValueError("placements is not a list")
-            return items
-        except FileNotFoundError:
-            return []
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            kept = self.state_file.with_name(self.state_file.name + ".corrupt")
-            with contextlib.suppress(OSError):
-                os.replace(self.state_file, kept)
-            log.warning("unreadable %s (%s): kept as %s, nothing resumed", self.state_file, exc, kept.name)
-            return []
+        PlacementFile(self.state_file).write(items)
 
     def resumable(self) -> list[PlacementState]:
         """The placements a dead agent left running that :meth:`resume` would restart, as Running
@@ -204,24 +159,17 @@ class ProcessRunner:
             for pid, wid, _, restarts, _ in self._resumable_items()
         ]
 
-    def _resumable_items(self) -> list[tuple[str, str, RunSpec, int, dict[str, Any]]]:
+    def _resumable_items(self) -> list[SavedPlacement]:
         if self.state_file is None:
             return []
         if self._undecided is not None:
             return [entry for entry in self._undecided if entry[0] not in self.placements]
-        found = []
-        for item in self._load_state():
-            try:
-                spec = parse(item["spec"], RunSpec)
-                placement_id, workload_id = str(item["placement_id"]), str(item["workload_id"])
-                restarts = int(item.get("restarts", 0))
-            except (MessageError, KeyError, TypeError, ValueError) as exc:
-                log.warning("skipping an unreadable entry of %s: %s", self.state_file, exc)
-                continue
-            if placement_id not in self.placements:
-                found.append((placement_id, workload_id, spec, restarts, item))
-        self._undecided = found
-        return found
+        self._undecided = [
+            saved
+            for saved in PlacementFile(self.state_file).read()
+            if saved.placement_id not in self.placements
+        ]
+        return self._undecided
 
     async def resume(self, only: set[str] | None = None) -> list[PlacementState]:
         """Resume the restartable placements a dead agent left running (see the module docstring).
@@ -280,52 +228,9 @@ class ProcessRunner:
 
     async def _spawn(self, entry: RunningPlacement) -> tuple[int, str] | None:
         """Start the placement's process with its current quotas; (exit code, message) if exec failed."""
-        spec, state = entry.spec, entry.state
-        if entry.sandbox is None:
-            try:
-                entry.sandbox = self.confinement.open(state.placement_id)
-            except OSError as exc:
-                return 126, f"could not prepare the work dir and cgroups: {exc.strerror or exc}"
-        sandbox = entry.sandbox
-        edgeplane = {
-            "EDGEPLANE_PLACEMENT_ID": state.placement_id,
-            "EDGEPLANE_WORKLOAD_ID": state.workload_id,
-            "EDGEPLANE_RESTARTS": str(state.restarts),
-        }
-        if spec.gpu_indices:
-            edgeplane["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
-        env = self.confinement.env(sandbox, spec.env, edgeplane)
-        entry.limits = ["memory:rlimit_as"]
-        if self.confinement.groups.pids_max is not None:
-            entry.limits.append(f"pids:{self.confinement.groups.pids_max}")
-        procs: Path | None = None
-        try:
-            procs = self.cpu_limiter.prepare(state.placement_id, entry.cpu)
-        except OSError as exc:  # a cgroup that cannot be made: run unlimited, and say so
-            log.warning("no CPU quota for %s: %s", state.placement_id, exc)
-        if procs is not None:
-            entry.limits.append(f"cpu:{self.cpu_limiter.name}")
-        try:
-            # A restart appends to the log, so the output of every run is kept.
-            with self._log_path(entry).open("ab" if state.restarts else "wb") as log_file:
-                entry.process = await asyncio.create_subprocess_exec(
-                    *spec.command,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=asyncio.subprocess.STDOUT,
-                    cwd=str(sandbox.home),
-                    env=env,
-                    start_new_session=True,
-                    preexec_fn=self.confinement.preexec(
-                        sandbox, memory_bytes=entry.memory, extra_procs=[procs] if procs else []
-                    ),
-                )
-        except (OSError, subprocess.SubprocessError, ValueError) as exc:
-            entry.process = None
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            code = 127 if isinstance(exc, FileNotFoundError) else 126
-            return code, f"could not start {spec.command[0]!r}: {reason}"
-        return None
+        return await start_process(
+            entry, confinement=self.confinement, cpu_limiter=self.cpu_limiter, log_path=self._log_path(entry)
+        )
 
     def _release(self, entry: RunningPlacement) -> None:
         """The placement ended: its cgroups, gid and work dir go (its processes are gone)."""

@@ -1,11 +1,14 @@
 """Warm pools of function instances on one node: start (cold), reuse (warm), evict, scale to zero.
 
+Over ~400 lines: one state machine (instances, in-flight counts, memory budget); split, its invariants spread.
+One instance's record and how its worker starts: :mod:`edge_agent.functions.instance`.
+
 An instance is a long-lived worker process (``worker.py``) that imported its handler once; the
 time from spawn to its ``ready`` line is the measured cold start. Each instance serves up to
 ``max_concurrency`` invocations at once. Idle instances are evicted after their keep-alive (set
 per function by the hub's policy) or earlier under memory pressure (least recently used first);
 an instance over its memory size (RSS) or past an invocation's timeout is killed. While NATS is
-down the agent's local policy may also stop idle instances (``Agent._offline_scale_pass``).
+down the agent's local policy may also stop idle instances (:mod:`edge_agent.autonomy`).
 
 Instances are confined like placements (:mod:`edge_agent.confinement`): a clean environment, the
 run user, cgroups of their own (stopping an instance kills all its processes) and a work dir of
@@ -20,11 +23,9 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,36 +33,19 @@ import psutil
 
 from edgeplane_contract.messages import FunctionCode, FunctionInstance, InvokeResultV1, InvokeV1, PrewarmV1
 
-from edge_agent.confinement import Confinement, Sandbox
+from edge_agent.confinement import Confinement
+from edge_agent.functions.instance import (
+    InitError,
+    Instance,
+    invoke_result,
+    log_tail,
+    start_worker,
+    timeout_error,
+)
 
 __all__ = ["FunctionPool", "Instance"]
 
 log = logging.getLogger("edgeplane.agent.functions")
-
-
-@dataclass(eq=False)
-class Instance:
-    instance_id: str
-    code: FunctionCode
-    process: asyncio.subprocess.Process
-    spawned_at: float
-    keep_alive_s: float
-    ready: asyncio.Future[float]
-    state: str = "starting"
-    in_flight: int = 0
-    last_used_at: float = 0.0
-    cold_start_ms: float = 0.0
-    pending: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
-    reader: asyncio.Task[None] | None = None
-    stderr_path: Path | None = None
-    sandbox: Sandbox | None = None
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.code.name, self.code.version)
-
-    def has_room(self) -> bool:
-        return self.state in ("idle", "busy") and self.in_flight < self.code.max_concurrency
 
 
 class FunctionPool:
@@ -121,26 +105,6 @@ class FunctionPool:
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
-    def _argv(self, code: FunctionCode, sandbox: Sandbox) -> list[str]:
-        if code.runtime == "command":
-            return list(code.command)
-        assert self.confinement.python is not None  # else unavailable() said so
-        argv = [
-            self.confinement.python.executable,
-            str(self.confinement.worker_script()),
-            "--concurrency",
-            str(code.max_concurrency),
-        ]
-        if code.source:
-            source = self.confinement.code_dir(f"{code.name}-v{code.version}", sandbox) / "handler.py"
-            self.confinement.write_code(source, code.source, sandbox)
-            argv += ["--source", str(source), "--handler", code.handler]
-        else:
-            argv += ["--handler", code.handler]
-            if code.path:
-                argv += ["--path", code.path]
-        return argv
-
     def unavailable(self, code: FunctionCode) -> str | None:
         """Why instances of ``code`` cannot start on this node at all, or None."""
         if code.runtime != "command" and self.confinement.python is None:
@@ -153,38 +117,9 @@ class FunctionPool:
     async def _spawn(self, code: FunctionCode, keep_alive_s: float) -> Instance:
         instance_id = uuid.uuid4().hex[:12]
         stderr_path = self._log_dir(code) / f"{instance_id}.log"
-        # One private group per version: its instances may share the version's read-only source.
-        sandbox = self.confinement.open(f"fn-{instance_id}", group_key=f"fn:{code.name}:v{code.version}")
-        edgeplane = {"EDGEPLANE_FUNCTION": code.name, "EDGEPLANE_VERSION": str(code.version)}
-        if code.runtime != "command":
-            worker = self.confinement.worker_env()
-            if "PYTHONPATH" in worker and code.env.get("PYTHONPATH"):
-                worker["PYTHONPATH"] += os.pathsep + code.env["PYTHONPATH"]
-            edgeplane.update(worker)
-        try:
-            with stderr_path.open("wb") as stderr:
-                process = await asyncio.create_subprocess_exec(
-                    *self._argv(code, sandbox),
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=stderr,
-                    cwd=str(sandbox.home),
-                    env=self.confinement.env(sandbox, code.env, edgeplane),
-                    start_new_session=True,
-                    preexec_fn=self.confinement.preexec(sandbox, memory_bytes=None),
-                    limit=16 * 2**20,
-                )
-        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-            self.confinement.close(sandbox)
-            if code.runtime != "command":
-                raise
-            # A command naming a missing or non-executable program: the function's fault.
-            why = exc.strerror or str(exc)
-            error = {"type": type(exc).__name__, "message": f"cannot start {code.command[0]!r}: {why}"}
-            raise _InitError(error) from None
-        except BaseException:
-            self.confinement.close(sandbox)
-            raise
+        process, sandbox = await start_worker(
+            code, instance_id, confinement=self.confinement, stderr_path=stderr_path
+        )
         instance = Instance(
             instance_id=instance_id,
             code=code,
@@ -221,7 +156,7 @@ class FunctionPool:
                         instance.state = "idle"
                         instance.ready.set_result(instance.cold_start_ms)
                     else:
-                        instance.ready.set_exception(_InitError(message.get("error") or {}))
+                        instance.ready.set_exception(InitError(message.get("error") or {}))
                     await self._notify()
                     continue
                 future = instance.pending.pop(str(message.get("id")), None)
@@ -241,8 +176,8 @@ class FunctionPool:
         self.instances.pop(instance.instance_id, None)
         instance.state = "stopped"
         if not instance.ready.done():
-            tail = _tail(instance.stderr_path)
-            instance.ready.set_exception(_InitError({"type": "InstanceExited", "message": f"{why}: {tail}"}))
+            tail = log_tail(instance.stderr_path)
+            instance.ready.set_exception(InitError({"type": "InstanceExited", "message": f"{why}: {tail}"}))
         for future in instance.pending.values():
             if not future.done():
                 future.set_result(
@@ -275,7 +210,7 @@ class FunctionPool:
         why = self.unavailable(code)
         if why is not None:
             error = {"type": "Unavailable", "message": why, "code": "init_error"}
-            return self._result(request, begin, error=error)
+            return invoke_result(request, begin, error=error)
         await self._drain_old_versions(code)
         cold = False
         instance: Instance | None = None
@@ -296,10 +231,10 @@ class FunctionPool:
                     await asyncio.wait_for(
                         asyncio.shield(waiting_on.ready), timeout=max(0.01, deadline - time.perf_counter())
                     )
-                except _InitError as exc:
-                    return self._result(request, begin, error=exc.error | {"code": "init_error"}, cold=True)
+                except InitError as exc:
+                    return invoke_result(request, begin, error=exc.error | {"code": "init_error"}, cold=True)
                 except TimeoutError:
-                    return self._result(request, begin, error=_timeout_error(code), cold=True)
+                    return invoke_result(request, begin, error=timeout_error(code), cold=True)
                 continue
             busy = [i for i in self.instances.values() if i.key == (code.name, code.version)]
             may_start = request.allow_cold or not busy
@@ -307,25 +242,25 @@ class FunctionPool:
                 cold = True
                 try:
                     instance = await self._spawn(code, request.keep_alive_s)
-                except _InitError as exc:
-                    return self._result(request, begin, error=exc.error | {"code": "init_error"}, cold=True)
+                except InitError as exc:
+                    return invoke_result(request, begin, error=exc.error | {"code": "init_error"}, cold=True)
                 try:
                     await asyncio.wait_for(
                         asyncio.shield(instance.ready), timeout=max(0.01, deadline - time.perf_counter())
                     )
-                except _InitError as exc:
+                except InitError as exc:
                     await self.stop_instance(instance, "initialisation failed")
-                    return self._result(request, begin, error=exc.error | {"code": "init_error"}, cold=True)
+                    return invoke_result(request, begin, error=exc.error | {"code": "init_error"}, cold=True)
                 except TimeoutError:
                     await self.stop_instance(instance, "initialisation timed out")
-                    return self._result(request, begin, error=_timeout_error(code), cold=True)
+                    return invoke_result(request, begin, error=timeout_error(code), cold=True)
                 if not instance.has_room():
                     instance = None
                 continue
             # No memory for another instance, or told to queue: wait until one frees up.
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
-                return self._result(
+                return invoke_result(
                     request,
                     begin,
                     error={
@@ -386,8 +321,8 @@ class FunctionPool:
         except TimeoutError:
             self.counters["timeouts"] += 1
             await self.stop_instance(instance, f"invocation timed out after {code.timeout_s:g}s")
-            return self._result(
-                request, begin, error=_timeout_error(code), cold=cold, cold_ms=cold_ms, queued_ms=queued_ms
+            return invoke_result(
+                request, begin, error=timeout_error(code), cold=cold, cold_ms=cold_ms, queued_ms=queued_ms
             )
         except (BrokenPipeError, ConnectionResetError):
             await self.stop_instance(instance, "the instance's input closed")
@@ -408,7 +343,7 @@ class FunctionPool:
             self.on_change()
             await self._notify()
         if reply.get("ok"):
-            return self._result(
+            return invoke_result(
                 request,
                 begin,
                 result=reply.get("result"),
@@ -420,7 +355,7 @@ class FunctionPool:
             )
         error = dict(reply.get("error") or {})
         error.setdefault("code", "function_error")
-        return self._result(
+        return invoke_result(
             request,
             begin,
             error=error,
@@ -429,32 +364,6 @@ class FunctionPool:
             queued_ms=queued_ms,
             exec_ms=float(reply.get("exec_ms", 0.0)),
             instance=instance,
-        )
-
-    def _result(
-        self,
-        request: InvokeV1,
-        begin: float,
-        *,
-        result: Any = None,
-        error: dict[str, Any] | None = None,
-        cold: bool = False,
-        cold_ms: float = 0.0,
-        queued_ms: float | None = None,
-        exec_ms: float = 0.0,
-        instance: Instance | None = None,
-    ) -> InvokeResultV1:
-        elapsed = (time.perf_counter() - begin) * 1000
-        return InvokeResultV1(
-            invocation_id=request.invocation_id,
-            ok=error is None,
-            result=result,
-            error=error,
-            cold_start=cold,
-            cold_start_ms=cold_ms,
-            queue_ms=max(0.0, (queued_ms if queued_ms is not None else elapsed) - cold_ms),
-            exec_ms=exec_ms,
-            instance_id=instance.instance_id if instance else "",
         )
 
     async def _drain_old_versions(self, code: FunctionCode) -> None:
@@ -544,23 +453,3 @@ class FunctionPool:
     async def close(self) -> None:
         for instance in list(self.instances.values()):
             await self.stop_instance(instance, "agent stopping")
-
-
-class _InitError(Exception):
-    def __init__(self, error: dict[str, Any]) -> None:
-        super().__init__(error.get("message", "initialisation failed"))
-        self.error = dict(error)
-
-
-def _timeout_error(code: FunctionCode) -> dict[str, Any]:
-    return {"type": "Timeout", "message": f"timed out after {code.timeout_s:g}s", "code": "timeout"}
-
-
-def _tail(path: Path | None, limit: int = 600) -> str:
-    if path is None:
-        return ""
-    try:
-        data = path.read_bytes()[-limit:]
-    except OSError:
-        return ""
-    return data.decode(errors="replace").strip()

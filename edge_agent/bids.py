@@ -1,0 +1,81 @@
+"""The local policy on the bus: answers to the hub's bid requests, and the decision log it collects."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import Counter
+
+from nats.aio.msg import Msg
+
+from edgeplane_contract.messages import BidRequestV1, BidV1, MessageError, decode
+
+from edge_agent.decisions import DecisionLog
+from edge_agent.hub_link import HubLink
+from edge_agent.local_decisions import LocalDecider
+
+__all__ = ["Bids"]
+
+
+class Bids:
+    """Answers ``bid`` requests with the local policy and ``decisions`` requests with the log."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        decider: LocalDecider,
+        decisions: DecisionLog,
+        link: HubLink,
+        counters: Counter[str],
+    ) -> None:
+        self.node = node
+        self.decider = decider
+        self.decisions = decisions
+        self.link = link
+        self.counters = counters
+
+    async def on_bid(self, msg: Msg) -> None:
+        try:
+            request = decode(msg.data, BidRequestV1)
+        except MessageError as exc:
+            self.link.malformed("bid", exc)
+            return
+        if self.decider.policy is None:
+            return  # no local policy: let the hub's deadline pass and use its own scores
+        outcome = self.decider.local_decision(
+            purpose="bid",
+            request_id=request.request_id,
+            workload_id=request.workload_id,
+            replica=request.replica,
+            offer=request.offer,
+        )
+        if outcome is None:  # the policy raised: no answer, the hub falls back to its estimate
+            return
+        decision = outcome.decision
+        bid = BidV1(
+            request_id=request.request_id,
+            node=self.node,
+            accept=not decision.decline,
+            action=decision.action,
+            cpu=decision.cpu,
+            memory=int(decision.memory),
+            gpu_units=decision.gpu_units,
+            accelerator=decision.accelerator,
+            score=decision.score,
+            weights=list(outcome.weights),
+            source=decision.source,
+            masked=decision.masked,
+            latency_us=decision.latency_us,
+            score_requested=decision.requested_score,
+        )
+        self.counters["bids"] += 1
+        await self.link.reply(msg, bid)
+
+    async def on_decisions(self, msg: Msg) -> None:
+        """The hub collects the decision log for retraining (rewards Laplace-noised)."""
+        if msg.reply:
+            payload = {"v": 1, "node": self.node, "epsilon": self.decisions.epsilon}
+            payload["entries"] = self.decisions.export()
+            with contextlib.suppress(Exception):
+                await msg.respond(json.dumps(payload).encode())

@@ -1,0 +1,91 @@
+"""How one placement's process starts: its sandbox (work dir, gid, cgroups), its environment, its
+limits (memory, CPU quota, pids) and the exec, its output appended to its log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgeplane_contract.messages import PlacementState, RunSpec
+
+from edge_agent.cgroups import CpuLimiter
+from edge_agent.confinement import Confinement, Sandbox
+
+__all__ = ["RunningPlacement", "start_process"]
+
+log = logging.getLogger("edgeplane.agent.executor")
+
+
+@dataclass(slots=True)
+class RunningPlacement:
+    """One placement on this agent: its reported state, its spec and its current process.
+
+    ``cpu``/``memory`` are the quotas of the current process: the request at first, then what the
+    local policy chose at the last restart. ``wake`` cuts a restart back-off short (a stop).
+    """
+
+    state: PlacementState
+    spec: RunSpec
+    process: asyncio.subprocess.Process | None = None
+    task: asyncio.Task[None] | None = None
+    stop_requested: bool = False
+    limits: list[str] = field(default_factory=list)
+    cpu: float = 0.0
+    memory: int = 0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    sandbox: Sandbox | None = None  # its work dir and cgroups, kept across restarts
+
+
+async def start_process(
+    entry: RunningPlacement, *, confinement: Confinement, cpu_limiter: CpuLimiter, log_path: Path
+) -> tuple[int, str] | None:
+    """Start the placement's process with its current quotas; (exit code, message) if exec failed."""
+    spec, state = entry.spec, entry.state
+    if entry.sandbox is None:
+        try:
+            entry.sandbox = confinement.open(state.placement_id)
+        except OSError as exc:
+            return 126, f"could not prepare the work dir and cgroups: {exc.strerror or exc}"
+    sandbox = entry.sandbox
+    edgeplane = {
+        "EDGEPLANE_PLACEMENT_ID": state.placement_id,
+        "EDGEPLANE_WORKLOAD_ID": state.workload_id,
+        "EDGEPLANE_RESTARTS": str(state.restarts),
+    }
+    if spec.gpu_indices:
+        edgeplane["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
+    env = confinement.env(sandbox, spec.env, edgeplane)
+    entry.limits = ["memory:rlimit_as"]
+    if confinement.groups.pids_max is not None:
+        entry.limits.append(f"pids:{confinement.groups.pids_max}")
+    procs: Path | None = None
+    try:
+        procs = cpu_limiter.prepare(state.placement_id, entry.cpu)
+    except OSError as exc:  # a cgroup that cannot be made: run unlimited, and say so
+        log.warning("no CPU quota for %s: %s", state.placement_id, exc)
+    if procs is not None:
+        entry.limits.append(f"cpu:{cpu_limiter.name}")
+    try:
+        # A restart appends to the log, so the output of every run is kept.
+        with log_path.open("ab" if state.restarts else "wb") as log_file:
+            entry.process = await asyncio.create_subprocess_exec(
+                *spec.command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=str(sandbox.home),
+                env=env,
+                start_new_session=True,
+                preexec_fn=confinement.preexec(
+                    sandbox, memory_bytes=entry.memory, extra_procs=[procs] if procs else []
+                ),
+            )
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        entry.process = None
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        code = 127 if isinstance(exc, FileNotFoundError) else 126
+        return code, f"could not start {spec.command[0]!r}: {reason}"
+    return None

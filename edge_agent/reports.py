@@ -1,0 +1,86 @@
+"""State reports to the hub: every placement state change queued in the durable outbox, and sent
+in order, each until the hub acknowledges it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import uuid
+from collections import Counter
+
+from edgeplane_contract.messages import PlacementState, ReportAckV1, StatusReportV1, Subjects, decode, encode
+
+from edge_agent.config import AgentConfig
+from edge_agent.hub_link import HubLink
+from edge_agent.outbox import DurableOutbox
+
+__all__ = ["OUTBOX_FILE", "Reports"]
+
+log = logging.getLogger("edgeplane.agent")
+
+OUTBOX_FILE = "outbox.sqlite3"
+
+
+class Reports:
+    """Queues state changes (:meth:`on_state_change`) and sends them while registered (:meth:`loop`)."""
+
+    def __init__(
+        self,
+        *,
+        config: AgentConfig,
+        subjects: Subjects,
+        outbox: DurableOutbox,
+        link: HubLink,
+        registered: asyncio.Event,
+        counters: Counter[str],
+    ) -> None:
+        self.config = config
+        self.subjects = subjects
+        self.outbox = outbox
+        self.link = link
+        self.registered = registered
+        self.counters = counters
+        # Set when there may be something to send: a new report, a registration, a reconnect.
+        self.wake = asyncio.Event()
+
+    def on_state_change(self, state: PlacementState) -> None:
+        report = StatusReportV1(
+            report_id=uuid.uuid4().hex, node=self.config.name, placement=dataclasses.replace(state)
+        )
+        if len(self.outbox) >= self.config.outbox_limit:
+            # The newest state of every placement is re-sent at registration, so dropping the
+            # oldest queued report loses no final state.
+            self.outbox.popleft()
+            self.counters["reports_dropped"] += 1
+        self.outbox.append(report)
+        self.wake.set()
+
+    async def loop(self) -> None:
+        backoff = 0.2
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            while self.outbox:
+                nc = self.link.nc
+                if nc is None or not nc.is_connected or not self.registered.is_set():
+                    break
+                report = self.outbox[0]
+                try:
+                    reply = await nc.request(
+                        self.subjects.report(self.config.name), encode(report), timeout=2
+                    )
+                    ack = decode(reply.data, ReportAckV1)
+                except Exception as exc:
+                    log.debug("report %s not acknowledged yet: %s", report.report_id, exc)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                backoff = 0.2
+                if ack.report_id == report.report_id and self.outbox and self.outbox[0] is report:
+                    self.outbox.popleft()
+                    self.counters["reports_sent"] += 1
+            if self.outbox:
+                # Not connected or not registered: look again soon.
+                await asyncio.sleep(0.5)
+                self.wake.set()
