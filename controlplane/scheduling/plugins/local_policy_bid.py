@@ -189,7 +189,7 @@ class LocalPolicyBid(MultiObjective):
         self.stats = {"decisions": 0, "candidates": 0, "declines": 0, "fallbacks": 0}
 
     def _offer(self, request: WorkloadRequest) -> Offer:
-        # As the agent builds it from a bid request (edge_agent.agent._on_bid).
+        # As the agent builds it from a bid request (edge_agent.bids.Bids.on_bid).
         res = request.resources
         return Offer.from_request(
             kind=request.kind,
