@@ -30,7 +30,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from edgeplane_contract.aio import stop_task
-from edgeplane_contract.messages import HubHelloV1, MessageError, OfferSpec, PlacementState, Subjects, decode
+from edgeplane_contract.messages import HubHelloV1, MessageError, PlacementState, Subjects, decode
 
 from edge_agent.autonomy import OfflineScaler, advise_restart
 from edge_agent.bids import Bids
@@ -44,7 +44,7 @@ from edge_agent.functions.pool import FunctionPool
 from edge_agent.heartbeats import Heartbeats
 from edge_agent.hub_link import HubLink
 from edge_agent.invocations import Invocations
-from edge_agent.local_decisions import LocalDecider, LocalOutcome
+from edge_agent.local_decisions import LocalDecider
 from edge_agent.outbox import DurableOutbox
 from edge_agent.registration import Registration
 from edge_agent.reports import OUTBOX_FILE, Reports
@@ -221,42 +221,6 @@ class Agent:
     def hub_reachable(self) -> bool:
         """Whether the agent is connected to NATS (and so, as far as it can tell, to the hub)."""
         return self.link.connected()
-
-    def node_view(
-        self,
-        power_source: str,
-        battery_percent: float | None,
-        *,
-        exclude: str | None = None,
-        released_memory: int = 0,
-    ) -> Any:
-        """What the local policy sees of this node now (:meth:`LocalDecider.node_view`)."""
-        return self.decider.node_view(
-            power_source, battery_percent, exclude=exclude, released_memory=released_memory
-        )
-
-    def local_decision(
-        self,
-        *,
-        purpose: str,
-        request_id: str,
-        workload_id: str,
-        offer: OfferSpec,
-        replica: int = -1,
-        exclude: str | None = None,
-        released_memory: int = 0,
-    ) -> LocalOutcome | None:
-        """Ask the local policy about ``offer``; one code path for bids, restarts and keep-warm
-        (:meth:`LocalDecider.local_decision`)."""
-        return self.decider.local_decision(
-            purpose=purpose,
-            request_id=request_id,
-            workload_id=workload_id,
-            offer=offer,
-            replica=replica,
-            exclude=exclude,
-            released_memory=released_memory,
-        )
 
     def _advise_restart(self, entry: RunningPlacement) -> RestartChoice:
         return advise_restart(self.decider, self.counters, entry)

@@ -35,10 +35,10 @@ from controlplane.api.params import (
     page,
 )
 from controlplane.api.redact import redact
-from controlplane.api.request import MAX_BODY, json_body
+from controlplane.api.request import MAX_BODY, check_clusters, json_body
 from controlplane.api.views import cluster_json, event_json, node_json, workload_json
 from controlplane.bus.authority import NatsAuthority
-from controlplane.errors import NotFoundError, UnavailableError, ValidationError
+from controlplane.errors import NotFoundError, UnavailableError
 from controlplane.hub.service import Hub
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.store.identities import IdentityStore
@@ -129,9 +129,7 @@ async def node_decisions(request: web.Request) -> web.Response:
 async def create_workload(request: web.Request) -> web.Response:
     hub = request.app[HUB]
     spec = WorkloadSpec.parse(await json_body(request))
-    for cluster in spec.affinity.clusters:
-        if hub.federation.cluster(cluster) is None:
-            raise ValidationError(f"unknown cluster {cluster!r}", field="affinity.clusters")
+    check_clusters(hub.federation, spec.affinity.clusters)
     key = IDEMPOTENCY_KEY.parse(request)
     workload_id, created = await hub.create_workload(spec, idempotency_key=key)
     found = await hub.store.get_workload(workload_id)

@@ -11,9 +11,9 @@ from controlplane.api.auth import principal_of
 from controlplane.api.keys import HUB
 from controlplane.api.params import ASYNC, INVOKE_IDEMPOTENCY_KEY, VERSION
 from controlplane.api.redact import redact
-from controlplane.api.request import json_body
+from controlplane.api.request import check_clusters, json_body
 from controlplane.api.views import iso
-from controlplane.errors import ConflictError, InvocationFailedError, NotFoundError, ValidationError
+from controlplane.errors import ConflictError, InvocationFailedError, NotFoundError
 from controlplane.serverless.service import InvocationOutcome
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.store.models import InvocationRow
@@ -27,9 +27,7 @@ routes = web.RouteTableDef()
 async def register_function(request: web.Request) -> web.Response:
     hub = request.app[HUB]
     spec = FunctionSpec.parse(await json_body(request))
-    for cluster in spec.affinity.clusters:
-        if hub.federation.cluster(cluster) is None:
-            raise ValidationError(f"unknown cluster {cluster!r}", field="affinity.clusters")
+    check_clusters(hub.federation, spec.affinity.clusters)
     stored, created = await hub.functions.register(spec)
     body = redact(hub.functions.function_json(stored.name), principal_of(request))
     return web.json_response(body, status=201 if created else 200)

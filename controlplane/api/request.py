@@ -9,10 +9,12 @@ from typing import Any
 from aiohttp import web
 
 from controlplane.errors import BadRequestError, PayloadTooLargeError, ValidationError
+from controlplane.federation.config import FederationConfig
 
 __all__ = [
     "MAX_BODY",
     "MAX_JSON_DEPTH",
+    "check_clusters",
     "json_body",
     "parse_json",
     "read_body",
@@ -119,3 +121,12 @@ async def json_body(request: web.Request, *, optional: bool = False) -> Any:
             return None
         raise BadRequestError("request body is empty; send a JSON object", field="<body>")
     return parse_json(raw)
+
+
+def check_clusters(
+    federation: FederationConfig, clusters: list[str], field: str = "affinity.clusters"
+) -> None:
+    """A 422 naming ``field`` for a cluster the federation does not know."""
+    for cluster in clusters:
+        if federation.cluster(cluster) is None:
+            raise ValidationError(f"unknown cluster {cluster!r}", field=field)
