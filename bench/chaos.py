@@ -362,8 +362,17 @@ def _count_invocations(markers: Path, invocations: list[Invocation]) -> dict[str
         counts["finished_but_failed"] += invocation.outcome == "failed" and ends > 0
         if invocation.outcome == "failed":
             codes[invocation.code] = codes.get(invocation.code, 0) + 1
+        if invocation.outcome in ("failed", "hung"):
             failures.append(
-                {"key": invocation.key, "mode": invocation.mode, "code": invocation.code, "ran_to_end": ends}
+                {
+                    "key": invocation.key,
+                    "mode": invocation.mode,
+                    "outcome": invocation.outcome,
+                    "code": invocation.code,
+                    "ran_to_end": ends,
+                    "marks": [m for m, _ in sorted(marks, key=lambda m: m[1])],
+                    "seconds": round(invocation.seconds, 1),
+                }
             )
         slowest = max(slowest, invocation.seconds)
     return {**counts, "failure_codes": codes, "failures": failures, "slowest_answer_s": round(slowest, 1)}

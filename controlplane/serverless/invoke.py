@@ -174,9 +174,13 @@ class Invoker:
                 self.hub.bus.request(live.cluster, subject, encode(request), deadline_s=budget_s)
             )
             lost_task = asyncio.ensure_future(lost.wait())
-            done, _ = await asyncio.wait({request_task, lost_task}, return_when=asyncio.FIRST_COMPLETED)
+            finished = await self._await_answer(request_task, lost_task, live.cluster, node, invocation_id)
             lost_task.cancel()
-            if request_task not in done:
+            if finished is not None:  # its answer was lost with a connection; the node kept it
+                request_task.cancel()
+                self.counters["answers_recovered"] += 1
+                self.apply_result(outcome, finished, sent, spec, node)
+            elif not request_task.done() and lost_task.done():
                 # The node went silent: dead, or only cut off and still running the function (its
                 # answer then arrives when it is heard again). Wait for it as long as the cluster
                 # holds a silent node's work (eviction grace) within the function's timeout, or
@@ -185,7 +189,7 @@ class Invoker:
                 cluster = self.hub.federation.cluster(live.cluster)
                 grace_s = cluster.eviction_grace_s if cluster is not None else 0.0
                 await self._outlast_silence(request_task, node, boot_id, min(spec.timeout_s, grace_s))
-            if not request_task.done():
+            if finished is None and not request_task.done():
                 request_task.cancel()
                 lost_error = {
                     "code": "agent_lost",
@@ -193,7 +197,7 @@ class Invoker:
                     "message": f"node {node} stopped answering during the invocation",
                 }
                 await self._answer_from_node(outcome, live.cluster, sent, spec, lost_error)
-            else:
+            elif finished is None:
                 try:
                     data = request_task.result()
                 except NoRespondersError:
@@ -222,6 +226,32 @@ class Invoker:
         if outcome.ok and prewarm_after > 0:
             self.warmth.schedule_prewarm(spec.name, prewarm_after)
         return outcome
+
+    async def _await_answer(
+        self,
+        request: asyncio.Future[bytes],
+        lost: asyncio.Future[Any],
+        cluster: str,
+        node: str,
+        invocation_id: str,
+    ) -> bytes | None:
+        """Wait for the answer or the node's silence. An answer the agent sent while the hub's
+        connection was down is lost (NATS keeps nothing for an absent subscriber), so each time the
+        connection comes back the node is asked once for a finished result: returned when it has
+        one; still running, its answer comes on the new connection."""
+        heard_since = self.hub.bus.hearing_since(cluster)
+        while True:
+            waiting: set[asyncio.Future[Any]] = {request, lost}
+            done, _ = await asyncio.wait(waiting, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+            if done:
+                return None
+            since = self.hub.bus.hearing_since(cluster)
+            if since is None or since == heard_since:
+                continue
+            heard_since = since  # a new connection since the request was sent
+            finished = await self._ask_node(cluster, node, invocation_id)
+            if finished is not None:
+                return finished
 
     async def _outlast_silence(
         self, request: asyncio.Future[bytes], node: str, boot_id: str, timeout_s: float

@@ -62,9 +62,11 @@ class Api:
     base: str
     session: aiohttp.ClientSession
 
-    async def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> tuple[int, Any]:
+    async def call(
+        self, method: str, path: str, body: Any = None, *, timeout_s: float = 10.0, **kwargs: Any
+    ) -> tuple[int, Any]:
         async with self.session.request(
-            method, self.base + path, json=body, timeout=aiohttp.ClientTimeout(total=10), **kwargs
+            method, self.base + path, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s), **kwargs
         ) as response:
             return response.status, await response.json()
 

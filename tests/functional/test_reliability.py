@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 from harness import PYTHON_FUNCTIONS, no_eviction_grace, running_agents, running_hub, spawn_agent, wait_for
+from tcp_cut import CuttableRelay
 
 from edgeplane_contract.messages import NodeResources, PlacementState, RegisterV1, StatusReportV1
 
@@ -196,6 +197,40 @@ async def test_an_invocation_sent_while_nats_restarts_waits_for_it_and_runs_once
             assert stats["stats"]["invocations"] == 2, stats
     finally:
         server.stop()
+
+
+async def test_an_answer_sent_while_the_hubs_connection_was_down_is_asked_for_when_it_is_back(
+    nats_server, sqlite_url, tmp_path
+):
+    """NATS keeps nothing for an absent subscriber: an agent's answer sent while the hub's own
+    connection is down is gone. Was: the invocation waited out its whole budget (timeout + 30 s)
+    before asking the node. Now the hub asks the node as soon as its connection is back."""
+    relay = await CuttableRelay("127.0.0.1", nats_server.port).start()
+    source = "import time\ndef handle(event, context):\n    time.sleep(2)\n    return {'got': event}\n"
+    try:
+        async with (
+            running_hub(relay.url, sqlite_url) as (running, api),
+            running_agents(nats_server.url, tmp_path, ["r1"], **PYTHON_FUNCTIONS),
+        ):
+            body = {"name": "slow", "source": source, "handler": "handle", "timeout_s": 10}
+            assert (await api.call("POST", "/v1/functions", body))[0] == 201
+            assert (await api.call("POST", "/v1/functions/slow/invoke", 0))[0] == 200  # warm
+            call = asyncio.ensure_future(api.call("POST", "/v1/functions/slow/invoke", 1, timeout_s=60))
+            await asyncio.sleep(0.5)
+            relay.cut()  # the hub alone cannot hear; the agent answers into the void at ~2 s
+            await wait_for(lambda: _async(running.hub.bus.hearing_since("default") is None), bool)
+            await asyncio.sleep(3.0)
+            assert not call.done(), "answered while the hub could not hear"
+            relay.heal()
+            healed = asyncio.get_running_loop().time()
+            status, answer = await asyncio.wait_for(call, timeout=30)
+            assert (status, answer) == (200, {"got": 1})
+            waited = asyncio.get_running_loop().time() - healed
+            assert waited < 10, f"answered {waited:.1f}s after the connection was back"
+            functions = running.hub.functions
+            assert functions.counters["answers_recovered"] == 1
+    finally:
+        await relay.close()
 
 
 async def _async(value: bool) -> bool:
