@@ -53,6 +53,7 @@ class Sent:
     placement_id: str
     command: CommandV1
     answer: CommandAckV1 | BaseException | None
+    effect: AckEffect  # ack_effect(command, answer), worked out once
 
 
 class Dispatcher:
@@ -112,10 +113,11 @@ class Dispatcher:
         )
         sent = []
         for (placement, command), answer in zip(due, answers, strict=True):
+            effect = ack_effect(command, answer)
             answered = isinstance(answer, CommandAckV1) and answer.command_id == command.command_id
-            if answered or ack_effect(command, answer) is AckEffect.TOO_LARGE:
+            if answered or effect is AckEffect.TOO_LARGE:
                 self._last_sent.pop(command.command_id, None)  # settled: never sent again
-            sent.append(Sent(placement.id, command, answer))
+            sent.append(Sent(placement.id, command, answer, effect))
         return sent
 
     def stop_orphan(self, node: str, placement_id: str, workload_id: str) -> None:

@@ -51,9 +51,6 @@ class NodeRegistry:
         self.require_enrolment = require_enrolment
         self.nodes: dict[str, NodeLive] = {}
 
-    def get(self, name: str) -> NodeLive | None:
-        return self.nodes.get(name)
-
     async def load(self, s: AsyncSession) -> list[NodeRow]:
         """Known clusters and nodes from the store; a restarted hub gives every known node one
         full lease to show up again. Returns the node rows (for the placer)."""

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from edgeplane_contract.messages import CommandAckV1, PlacementState
 
-from controlplane.hub.dispatch import AckEffect, Sent, ack_effect
+from controlplane.hub.dispatch import AckEffect, Sent
 from controlplane.hub.lifecycle import ReportEffect, late_success_blocked_by, report_effect, workload_verdict
 from controlplane.hub.placement import Placer
 from controlplane.store import queries
@@ -216,7 +216,7 @@ class PlacementBook:
 
     async def apply_answer(self, s: AsyncSession, item: Sent) -> None:
         """What an agent's answer to a command means for its placement (``dispatch.ack_effect``)."""
-        effect = ack_effect(item.command, item.answer)
+        effect = item.effect
         if effect is AckEffect.NONE:
             return
         placement = await s.get(PlacementRow, item.placement_id)
