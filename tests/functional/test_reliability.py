@@ -154,13 +154,7 @@ async def test_an_async_invocation_that_finished_while_the_hub_was_down_shows_it
     source = "import time\ndef handle(event, context):\n    time.sleep(2)\n    return {'done': event}\n"
     async with running_agents(nats_server.url, tmp_path, ["f1"], wait_registered=False, **PYTHON_FUNCTIONS):
         async with running_hub(nats_server.url, sqlite_url) as (_, api):
-            body = {"name": "slow", "source": source, "handler": "handle", "timeout_s": 30}
-            assert (await api.call("POST", "/v1/functions", body))[0] == 201
-            status, queued = await api.call("POST", "/v1/functions/slow/invoke?async=1", 7)
-            assert status == 202
-            path = f"/v1/invocations/{queued['invocation_id']}"
-            await wait_for(lambda: api.get(path), lambda i: i["status"] == "Running")
-            await asyncio.sleep(0.5)  # on the agent now
+            path = await _running_async_invocation(api, source, 7)
         await asyncio.sleep(2.5)  # the hub is gone; the invocation finishes on the agent meanwhile
         async with running_hub(nats_server.url, sqlite_url) as (_, api):
             done = await wait_for(
@@ -233,6 +227,19 @@ async def test_an_answer_sent_while_the_hubs_connection_was_down_is_asked_for_wh
         await relay.close()
 
 
+async def _running_async_invocation(api, source: str, event: int) -> str:
+    """Register ``source`` as function "slow", invoke it asynchronously and wait until it runs on
+    the agent; the invocation's path."""
+    body = {"name": "slow", "source": source, "handler": "handle", "timeout_s": 30}
+    assert (await api.call("POST", "/v1/functions", body))[0] == 201
+    status, queued = await api.call("POST", "/v1/functions/slow/invoke?async=1", event)
+    assert status == 202
+    path = f"/v1/invocations/{queued['invocation_id']}"
+    await wait_for(lambda: api.get(path), lambda i: i["status"] == "Running")
+    await asyncio.sleep(0.5)  # on the agent now
+    return path
+
+
 async def _async(value: bool) -> bool:
     return value
 
@@ -245,13 +252,7 @@ async def test_an_invocation_result_outlives_a_restart_of_both_the_agent_and_the
     source = "import time\ndef handle(event, context):\n    time.sleep(1.5)\n    return {'done': event}\n"
     async with running_agents(nats_server.url, tmp_path, ["r1"], wait_registered=False, **PYTHON_FUNCTIONS):
         async with running_hub(nats_server.url, sqlite_url) as (_, api):
-            body = {"name": "slow", "source": source, "handler": "handle", "timeout_s": 30}
-            assert (await api.call("POST", "/v1/functions", body))[0] == 201
-            status, queued = await api.call("POST", "/v1/functions/slow/invoke?async=1", 8)
-            assert status == 202
-            path = f"/v1/invocations/{queued['invocation_id']}"
-            await wait_for(lambda: api.get(path), lambda i: i["status"] == "Running")
-            await asyncio.sleep(0.5)  # on the agent now
+            path = await _running_async_invocation(api, source, 8)
         await asyncio.sleep(2.0)  # the hub is gone; the invocation finishes on the agent meanwhile
     assert (tmp_path / "agents" / "r1" / "invocations.sqlite3").stat().st_mode & 0o777 == 0o600
     # A new agent process on the same work dir, then a new hub.
