@@ -24,6 +24,7 @@ from pathlib import Path
 
 import aiohttp
 
+from controlplane.api.auth import AuthSettings
 from controlplane.federation.config import single_cluster
 from controlplane.hub.runner import RunningHub, start_hub
 from controlplane.hub.service import HubSettings
@@ -35,6 +36,9 @@ from controlplane.store.identities import IdentityStore
 AUTH: dict[str, dict[str, str]] = {}
 
 ECHO = "def handle(event, context):\n    return event\n"
+
+# The API's per-token rate limit (50/s by default) is off: these runs measure the hub, not the limiter.
+UNLIMITED = AuthSettings(rate_per_s=0)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -59,7 +63,9 @@ async def hub_with_agents(
 ) -> tuple[RunningHub, list]:
     keepalive = make_policy(policy)
     settings = HubSettings(nats_url=nats_url, federation=single_cluster(), function_policy=keepalive)
-    hub = await start_hub(settings, database_url=f"sqlite+aiosqlite:///{tmp}/{tag}.sqlite3", port=0)
+    hub = await start_hub(
+        settings, database_url=f"sqlite+aiosqlite:///{tmp}/{tag}.sqlite3", port=0, auth=UNLIMITED
+    )
     admin = await IdentityStore(hub.hub.store).create_api_token("bench", ["admin"])
     AUTH[hub.url] = {"Authorization": f"Bearer {admin.token}"}
     procs = [

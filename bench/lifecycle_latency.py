@@ -21,11 +21,15 @@ from pathlib import Path
 
 import aiohttp
 
+from controlplane.api.auth import AuthSettings
 from controlplane.federation.config import single_cluster
 from controlplane.hub.runner import start_hub
 from controlplane.hub.service import HubSettings
 from controlplane.natsd import NatsServer
 from controlplane.store.identities import IdentityStore
+
+# The API's per-token rate limit (50/s by default) is off: these runs measure the hub, not the limiter.
+UNLIMITED = AuthSettings(rate_per_s=0)
 
 
 def _ts(text: str) -> float:
@@ -47,7 +51,9 @@ async def main() -> int:
         settings = HubSettings(
             nats_url=nats_server.url, federation=single_cluster(), reconcile_interval_s=0.5
         )
-        hub = await start_hub(settings, database_url=f"sqlite+aiosqlite:///{tmp}/bench.sqlite3", port=0)
+        hub = await start_hub(
+            settings, database_url=f"sqlite+aiosqlite:///{tmp}/bench.sqlite3", port=0, auth=UNLIMITED
+        )
         admin = await IdentityStore(hub.hub.store).create_api_token("bench", ["admin"])
         agents = [
             subprocess.Popen(

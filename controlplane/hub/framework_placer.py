@@ -14,11 +14,12 @@ from controlplane.hub.placement import PlacementNode, PlacementOutcome, ReplicaC
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.scheduling.model import (
     Assignment,
+    Feasibility,
     GpuDevice,
     NodeState,
     WorkloadRequest,
 )
-from controlplane.scheduling.profiles import Profile
+from controlplane.scheduling.profiles import FUNCTION_PROFILE, Profile
 from controlplane.scheduling.scheduler import Scheduler
 
 __all__ = ["FrameworkPlacer", "to_request"]
@@ -156,11 +157,8 @@ class FrameworkPlacer:
             "dpu": len(state.dpus_allocated),
         }
 
-    def capacity(self, node: str) -> dict[str, Any]:
-        known = self.nodes.get(node)
-        if known is None:
-            return {}
-        return {"cpu": known.cpu, "memory": known.memory, "gpus": known.gpus, "dpu": known.dpu}
+    def function_nodes(self, request: WorkloadRequest) -> Feasibility:
+        return self.scheduler.feasible_nodes(request, FUNCTION_PROFILE)
 
 
 def _replica_explanation(explanation: dict[str, Any], replica: int) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from controlplane.bus.hub_bus import HubBus
 from controlplane.federation.config import FederationConfig
+from controlplane.scheduling.model import Feasibility, WorkloadRequest
 from controlplane.store.store import Store
 
 __all__ = ["FunctionHost", "NodeDirectory", "NodeLive"]
@@ -50,7 +51,7 @@ class NodeDirectory(Protocol):
 
 class FunctionHost(NodeDirectory, Protocol):
     """What the function service needs of the hub: the nodes and bus, the store, the federation
-    (a cluster's eviction grace) and what each node offers as placement knows it."""
+    (a cluster's eviction grace) and the placement engine's answer to where an instance fits."""
 
     @property
     def store(self) -> Store: ...
@@ -58,4 +59,4 @@ class FunctionHost(NodeDirectory, Protocol):
     @property
     def federation(self) -> FederationConfig: ...
 
-    def node_capacity(self, node: str) -> dict[str, Any]: ...
+    def function_nodes(self, request: WorkloadRequest) -> Feasibility: ...

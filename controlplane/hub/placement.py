@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controlplane.hub.spec import WorkloadSpec
+from controlplane.scheduling.model import Feasibility, WorkloadRequest
 
 __all__ = ["PlacementNode", "PlacementOutcome", "Placer", "ReplicaChoice"]
 
@@ -79,6 +80,7 @@ class Placer(Protocol):
         """What placements hold on a node (for the API)."""
         ...
 
-    def capacity(self, node: str) -> dict[str, Any]:
-        """What a node offers: cpu, memory, gpus, dpu."""
+    def function_nodes(self, request: WorkloadRequest) -> Feasibility:
+        """The nodes where one instance of a function fits now (the ``functions`` profile's
+        filters over the same nodes and reservations as workloads); nothing is reserved."""
         ...

@@ -40,6 +40,7 @@ from controlplane.hub.registry import NodeRegistry, placement_node
 from controlplane.hub.settings import HubSettings, SeenIds
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.hub.workloads import PlacementBook
+from controlplane.scheduling.model import Feasibility, WorkloadRequest
 from controlplane.store import queries
 from controlplane.store.identities import IdentityStore
 from controlplane.store.models import NodeRow, PlacementRow, WorkloadRow
@@ -307,9 +308,9 @@ class Hub:
             self.book.request_stops(active, "cancelled by user")
             await self.book.refresh_workload(s, workload_id)
 
-    def node_capacity(self, node: str) -> dict[str, Any]:
-        """What a node offers (cpu, memory, gpus, dpu), as placement knows it."""
-        return self.placer.capacity(node)
+    def function_nodes(self, request: WorkloadRequest) -> Feasibility:
+        """The nodes where one instance of a function fits now (the one placement engine)."""
+        return self.placer.function_nodes(request)
 
     def allocated(self, node: str) -> dict[str, Any]:
         return self.placer.allocated(node)

@@ -29,12 +29,12 @@ from controlplane.scheduling.framework import (
     Status,
     clip,
 )
-from controlplane.scheduling.model import Assignment, WorkloadRequest
+from controlplane.scheduling.model import Assignment, Feasibility, WorkloadRequest
 from controlplane.scheduling.nodetable import NodeTable
 from controlplane.scheduling.plugin_set import PluginSet
 from controlplane.scheduling.profiles import Profile
 
-__all__ = ["Cycle", "CycleRunner"]
+__all__ = ["Cycle", "CycleRunner", "Filtered"]
 
 _UNRESOLVABLE = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 
@@ -49,6 +49,25 @@ class Cycle:
     assignment: Assignment | None = None
     unresolvable: BoolArray | None = None
     explanation: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Filtered:
+    """What the Filter phase left of the node table for one replica."""
+
+    actions: NodeActions
+    rejections: list[tuple[str, Rejection]]
+    rejected: BoolArray
+    unresolvable: BoolArray
+    first: np.ndarray
+    """Per node, the index in ``rejections`` of the first one that put it out (-1: none did)."""
+
+    def message(self) -> str:
+        """kube-scheduler's summary: ``0/N nodes are available: 3 <reason>, 1 <reason>``."""
+        n = len(self.rejected)
+        counts = np.bincount(self.first[self.rejected], minlength=len(self.rejections)) if n else np.zeros(0)
+        parts = [f"{int(c)} {self.rejections[k][1].reason}" for k, c in enumerate(counts) if c]
+        return f"0/{n} nodes are available" + (": " + ", ".join(parts) if parts else "")
 
 
 class CycleRunner:
@@ -107,6 +126,38 @@ class CycleRunner:
             out.extend((plugin.name, r) for r in plugin.filter(state, request, t))
         return out
 
+    def filter(self, state: CycleState, request: WorkloadRequest, restrict: BoolArray | None) -> Filtered:
+        """The Filter phase for one replica: which nodes are out, and who put each out first."""
+        n = len(self.nodes)
+        actions = self.space.analyse(self.nodes, request.resources)
+        state.write(STATE_ACTIONS, actions)
+        rejections = self.rejections(state, request, actions, restrict)
+        rejected = np.zeros(n, dtype=bool)
+        unresolvable = np.zeros(n, dtype=bool)
+        first = np.full(n, -1, dtype=np.int64)
+        for k, (_, rej) in enumerate(rejections):
+            fresh = rej.mask & ~rejected
+            first[fresh] = k
+            rejected |= rej.mask
+            if rej.code == _UNRESOLVABLE:
+                unresolvable |= rej.mask
+        return Filtered(actions, rejections, rejected, unresolvable, first)
+
+    def feasible(self, request: WorkloadRequest) -> Feasibility:
+        """The nodes where one replica of ``request`` fits now (PreFilter and Filter only: nothing
+        scored, reserved or counted; the sampling start and the tie-break stream are untouched)."""
+        state = CycleState()
+        state.write(STATE_NOW, self.clock())
+        state.write(STATE_REPLICA, 0)
+        for pre in self.plugins.pre_filters:
+            status = pre.pre_filter(state, request, self.nodes)
+            if not status.ok:
+                return Feasibility((), status.message())
+        filtered = self.filter(state, request, None)
+        rows = np.flatnonzero(~filtered.rejected)
+        names = tuple(self.nodes.states[int(r)].name for r in rows)
+        return Feasibility(names, "" if names else filtered.message())
+
     def sample(self, feasible: np.ndarray, n: int) -> np.ndarray:
         """kube-scheduler's percentageOfNodesToScore with a rotating start index."""
         pct = self.profile.percentage_of_nodes_to_score
@@ -149,24 +200,12 @@ class CycleRunner:
                     state=state,
                     unresolvable=np.ones(n, dtype=bool),
                 )
-        actions = self.space.analyse(t, request.resources)
-        state.write(STATE_ACTIONS, actions)
-        rejections = self.rejections(state, request, actions, restrict)
-        rejected = np.zeros(n, dtype=bool)
-        unresolvable = np.zeros(n, dtype=bool)
-        first = np.full(n, -1, dtype=np.int64)
-        for k, (_, rej) in enumerate(rejections):
-            fresh = rej.mask & ~rejected
-            first[fresh] = k
-            rejected |= rej.mask
-            if rej.code == _UNRESOLVABLE:
-                unresolvable |= rej.mask
-        feasible = np.flatnonzero(~rejected)
-        report = mask_report(actions, rejections, first, rejected, feasible)
+        filtered = self.filter(state, request, restrict)
+        actions, rejections, unresolvable = filtered.actions, filtered.rejections, filtered.unresolvable
+        feasible = np.flatnonzero(~filtered.rejected)
+        report = mask_report(actions, rejections, filtered.first, filtered.rejected, feasible)
         if len(feasible) == 0:
-            node_counts = np.bincount(first[rejected], minlength=len(rejections)) if n else np.zeros(0)
-            parts = [f"{int(c)} {rejections[k][1].reason}" for k, c in enumerate(node_counts) if c]
-            message = f"0/{n} nodes are available" + (": " + ", ".join(parts) if parts else "")
+            message = filtered.message()
             code = Code.UNSCHEDULABLE if (~unresolvable).any() else _UNRESOLVABLE
             expl = (
                 {"replica": replica, "actions": report, "status": code.name, "reason": message}

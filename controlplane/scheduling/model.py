@@ -19,6 +19,7 @@ __all__ = [
     "AntiAffinity",
     "Assignment",
     "Decision",
+    "Feasibility",
     "GpuDevice",
     "MigInstance",
     "MigSlice",
@@ -160,6 +161,14 @@ class WorkloadRequest:
             raise ValueError("replicas must be >= 1")
         if not self.name:
             self.name = self.id
+
+
+@dataclass(frozen=True, slots=True)
+class Feasibility:
+    """The nodes a request fits on now (in node-table order), or why none: ``reason``."""
+
+    nodes: tuple[str, ...]
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,8 @@ Built-in profiles: ``default`` (kube-scheduler's default scoring), ``binpack`` (
 binpack), ``edgeplane`` (the multi-objective reward), ``edgeplane-fixed`` (the same with the
 adaptive energy weight switched off, for battery comparisons) and ``edgeplane-learned``
 (``edgeplane`` with the edge agents' int8 local policy bidding in place of the reward score).
+:data:`FUNCTION_PROFILE` filters nodes for function instances (the function router scores them);
+it places no workload, so it is not among the profiles ``--scheduler`` takes.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from controlplane.errors import ConfigError
 from controlplane.scheduling.actions import ACCELERATOR_POLICIES, ActionSpaceConfig
 from controlplane.scheduling.plugins.registry import REGISTRY, VALIDATORS
 
-__all__ = ["BUILTIN_PROFILES", "PluginSpec", "Profile", "load_profile", "parse_profile"]
+__all__ = ["BUILTIN_PROFILES", "FUNCTION_PROFILE", "PluginSpec", "Profile", "load_profile", "parse_profile"]
 
 _UPSTREAM_DEFAULT: dict[str, Any] = {
     "name": "default",
@@ -143,6 +145,23 @@ def _learned(base: dict[str, Any], name: str) -> dict[str, Any]:
         for p in out["plugins"]
     ]
     return out
+
+
+_FUNCTIONS: dict[str, Any] = {
+    "name": "functions",
+    # Function instances: the same filters as workloads (readiness, free capacity after the
+    # workloads' reservations, affinity). No score: the cold-start-aware router prices the nodes
+    # that pass (warm, queue or cold; serverless/router.py). No preemption: an instance that
+    # does not fit waits for none; the invocation is answered no_capacity.
+    "plugins": [
+        {"name": "NodeReady"},
+        {"name": "NodeResourcesFit"},
+        {"name": "NodeAffinity", "weight": 1},
+    ],
+    "action_space": {"accelerator_policy": "first_fit"},
+    "percentage_of_nodes_to_score": 100,
+    "tie_break": "first",
+}
 
 
 BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
@@ -304,3 +323,7 @@ def parse_profile(data: Any, *, source: str = "<profile>") -> Profile:
         reward=dict(reward),
         source=source,
     )
+
+
+FUNCTION_PROFILE = parse_profile(_FUNCTIONS, source="<builtin:functions>")
+"""The filters function instances pass (``Scheduler.feasible_nodes``); the router scores them."""

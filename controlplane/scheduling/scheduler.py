@@ -46,6 +46,7 @@ from controlplane.scheduling.model import (
     AntiAffinity,
     Assignment,
     Decision,
+    Feasibility,
     GpuDevice,
     NodeState,
     ReplicaPlacement,
@@ -66,6 +67,7 @@ __all__ = [
     "AntiAffinity",
     "Assignment",
     "Decision",
+    "Feasibility",
     "GpuDevice",
     "NodeState",
     "ReplicaPlacement",
@@ -121,6 +123,8 @@ class Scheduler:
         self._placer = Placer(
             self._cycles, self.ledger, federation, unavailable=self._unavailable, stats=self.stats
         )
+        self._filter_runners: dict[str, CycleRunner] = {}
+        """Per other profile (e.g. ``functions``), a runner of its filters over this node table."""
 
     # -- the profile's plugins -------------------------------------------------------------
 
@@ -263,6 +267,28 @@ class Scheduler:
         else:
             self.queue.discard(request.id, [p.replica for p in decision.placements if p.placed])
         return decision
+
+    def feasible_nodes(self, request: WorkloadRequest, profile: Profile | None = None) -> Feasibility:
+        """The nodes where one replica of ``request`` fits now, by the PreFilter and Filter plugins
+        of ``profile`` (default: this scheduler's own) over this scheduler's nodes and
+        reservations. Nothing is reserved: the caller prices the nodes itself (the function
+        router does, with the ``functions`` profile)."""
+        if profile is None or profile.name == self.profile.name:
+            return self._cycles.feasible(request)
+        runner = self._filter_runners.get(profile.name)
+        if runner is None or runner.profile is not profile:
+            runner = CycleRunner(
+                self.nodes,
+                build_plugin_set(profile, self),
+                profile,
+                clock=self._clock,
+                rng=random.Random(0),
+                unavailable=self._unavailable,
+                stats=self.stats,
+                explain_top=self.explain_top,
+            )
+            self._filter_runners[profile.name] = runner
+        return runner.feasible(request)
 
     def schedule_pending(self, *, limit: int | None = None, explain: bool = True) -> list[Decision]:
         """Retry waiting workloads (highest priority first) that capacity changes may now fit.

@@ -118,6 +118,7 @@ class Invoker:
             if outcome is not None:
                 break
         if outcome is None:
+            why = "" if tried else self.warmth.unplaceable(spec)
             outcome = InvocationOutcome(
                 invocation_id=invocation_id,
                 function=name,
@@ -128,7 +129,8 @@ class Invoker:
                     "code": "no_capacity",
                     "type": "NoCapacity",
                     "message": "no Ready node can run this function"
-                    + (f" (tried {sorted(tried)})" if tried else ""),
+                    + (f" (tried {sorted(tried)})" if tried else "")
+                    + (f": {why}" if why else ""),
                 },
                 total_ms=(time.perf_counter() - begin) * 1000,
             )

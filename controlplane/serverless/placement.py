@@ -1,7 +1,9 @@
 """Which nodes may run a function, and how warm each is: the options the router prices.
 
-A pure function of the hub's view (nodes, capacity, federation), the instances agents report and
-the invocations the hub dispatched since their last heartbeat.
+Where an instance fits is the placement engine's answer (the scheduling framework's filters, the
+``functions`` profile: readiness, free capacity after the workloads' reservations, affinity), the
+same engine that places workloads; this module adds what only the function service knows: the
+instances agents report and the invocations the hub dispatched since their last heartbeat.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from controlplane.serverless.estimates import Estimates
 from controlplane.serverless.router import NodeOption
 from controlplane.serverless.spec import FunctionSpec
 
-__all__ = ["allowed", "node_options"]
+__all__ = ["node_options", "unplaceable_reason"]
 
 
 def node_options(
@@ -27,23 +29,20 @@ def node_options(
     in_flight: Counter[tuple[str, str, int]],
     estimates: Estimates,
 ) -> list[NodeOption]:
-    """One option per Ready node outside ``exclude`` that may run ``spec`` and has room for it."""
+    """One option per Ready node outside ``exclude`` where a new instance of ``spec`` fits or
+    one already runs (a warm instance serves even when the node has no room for another)."""
+    fits = set(hub.function_nodes(spec.instance_request()).nodes)
     options = []
     for name, live in hub.nodes.items():
         if live.status != "Ready" or name in exclude:
-            continue
-        if not allowed(hub, spec, name, live.cluster):
-            continue
-        capacity = hub.node_capacity(name)
-        if capacity.get("memory", 0) < spec.memory:
-            continue
-        if spec.gpu and capacity.get("gpus", 0) < spec.gpu:
             continue
         mine = [
             i
             for i in instances.get(name, {}).values()
             if (i.function, i.version) == (spec.name, spec.version)
         ]
+        if name not in fits and not mine:
+            continue
         assert spec.version is not None
         dispatched = in_flight[(name, spec.name, spec.version)]
         slots = sum(i.max_concurrency for i in mine if i.state != "starting")
@@ -54,7 +53,7 @@ def node_options(
                 node=name,
                 warm_free=free,
                 busy_instances=len(mine) if free == 0 else 0,
-                can_start=True,
+                can_start=name in fits,
                 net_ms=estimates.net_ms(name),
                 cold_ms=estimates.cold_ms(spec.name, name),
                 in_flight=sum(n for (node, _, _), n in in_flight.items() if node == name),
@@ -65,15 +64,6 @@ def node_options(
     return options
 
 
-def allowed(hub: FunctionHost, spec: FunctionSpec, node: str, cluster: str) -> bool:
-    """Whether the function's affinity (nodes, clusters, regions) lets it run on ``node``."""
-    affinity = spec.affinity
-    if affinity.nodes and node not in affinity.nodes:
-        return False
-    if affinity.clusters and cluster not in affinity.clusters:
-        return False
-    if affinity.regions:
-        config = hub.federation.cluster(cluster)
-        if config is None or config.region not in affinity.regions:
-            return False
-    return True
+def unplaceable_reason(hub: FunctionHost, spec: FunctionSpec) -> str:
+    """Why no node can take an instance of ``spec`` now, as the filters say it ("" if one can)."""
+    return hub.function_nodes(spec.instance_request()).reason

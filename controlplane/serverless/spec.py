@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from edgeplane_contract.messages import FunctionCode, InvokeV1, encode
-from edgeplane_contract.resources import MIG_PROFILES
+from edgeplane_contract.resources import MIG_PROFILES, ResourceRequest
 
 from controlplane.errors import PayloadTooLargeError, ValidationError
 from controlplane.hub.spec import (
@@ -24,6 +24,7 @@ from controlplane.hub.spec import (
     parse_argv,
     stored,
 )
+from controlplane.scheduling.model import WorkloadRequest
 from controlplane.schema import Choice, Custom, Field, Integer, Model, Nested, Number, Text
 
 __all__ = ["FUNCTION", "FunctionSpec"]
@@ -91,6 +92,19 @@ class FunctionSpec:
             f"the function's code would take {size} bytes of every invocation message, over the {room} "
             "one NATS message can carry here (strings count JSON-escaped)",
             field=blame_field(sizes),
+        )
+
+    def instance_request(self) -> WorkloadRequest:
+        """One instance of this version as the placement engine sees it (``functions`` profile)."""
+        return WorkloadRequest(
+            id=f"function:{self.name}:{self.version}",
+            name=self.name,
+            resources=ResourceRequest(
+                cpu=self.cpu, memory=self.memory, gpu=self.gpu, mig=[self.mig] if self.mig else []
+            ),
+            affinity=self.affinity,
+            kind="function",
+            sla_latency_s=self.sla_latency_ms / 1000 if self.sla_latency_ms is not None else None,
         )
 
     def content(self) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from controlplane.errors import NotFoundError
 from controlplane.hub.nodes import FunctionHost
 from controlplane.serverless.estimates import Estimates
 from controlplane.serverless.keepalive import Policy
-from controlplane.serverless.placement import node_options
+from controlplane.serverless.placement import node_options, unplaceable_reason
 from controlplane.serverless.router import NodeOption, route
 from controlplane.serverless.settings import ServerlessSettings
 from controlplane.serverless.spec import FunctionSpec
@@ -131,6 +131,10 @@ class Warmth:
             in_flight=self.in_flight,
             estimates=self.estimates,
         )
+
+    def unplaceable(self, spec: FunctionSpec) -> str:
+        """Why no node can start an instance of ``spec`` now ("" when one can)."""
+        return unplaceable_reason(self.hub, spec)
 
     # --- keep-alive and pre-warm ----------------------------------------------------------
 

@@ -461,3 +461,8 @@ async def test_a_retry_of_an_invocation_that_never_started_runs_it(nats_server, 
             replay = await api.session.post(api.base + "/v1/functions/later/invoke", json=1, headers=headers)
             assert replay.status == 200 and replay.headers["X-Edgeplane-Idempotent-Replay"] == "true"
             assert replay.headers["X-Edgeplane-Invocation-Id"] == again.headers["X-Edgeplane-Invocation-Id"]
+            # Where an instance fits is the scheduler's filters' answer, and its reason is the user's.
+            await _register(api, {"name": "huge", "source": source, "handler": "handle", "memory": "64Ti"})
+            status, body = await api.call("POST", "/v1/functions/huge/invoke", 1)
+            assert status == 503 and body["error"]["code"] == "no_capacity"
+            assert "0/1 nodes are available: 1 node has too little memory" in body["error"]["message"]

@@ -236,3 +236,29 @@ def test_kube_sampling_scores_a_share_of_large_fleets(mk, profile):
     scored = d.explanation["replicas"][0]["nodes"]["scored"]
     # default: percentageOfNodesToScore adaptive = 50 - 500/125 = 46% -> 230 nodes
     assert scored == (230 if profile == "default" else 500)
+
+
+def test_feasible_nodes_runs_a_profiles_filters_and_leaves_the_cycles_untouched(mk):
+    from controlplane.scheduling.profiles import FUNCTION_PROFILE
+
+    nodes = [mk.cpu_node(f"n{i}", cpu=4, cluster="a" if i < 3 else "b") for i in range(6)]
+    quiet, asked = mk.scheduler("edgeplane", nodes=nodes), mk.scheduler("edgeplane", nodes=nodes)
+    asked.set_node_ready("n1", False)
+    quiet.set_node_ready("n1", False)
+    for k in range(4):  # the same decisions with and without feasibility questions between them
+        fit = asked.feasible_nodes(mk.request("f", cpu=1, kind="function"), FUNCTION_PROFILE)
+        assert "n1" not in fit.nodes and fit.reason == ""
+        a, q = asked.schedule(mk.request(f"w{k}", cpu=2)), quiet.schedule(mk.request(f"w{k}", cpu=2))
+        assert [p.node for p in a.placements] == [p.node for p in q.placements]
+    assert asked.stats == quiet.stats
+
+    # Free capacity after the workloads' reservations, affinity, and a reason when none fits.
+    taken = {p.node for k in range(4) for p in asked.schedule(mk.request(f"w{k}", cpu=2)).placements}
+    big = asked.feasible_nodes(mk.request("f", cpu=3, kind="function"), FUNCTION_PROFILE)
+    assert set(big.nodes) == {"n0", "n2", "n3", "n4", "n5"} - taken
+    only_b = mk.request("f", cpu=1, kind="function")
+    only_b.affinity.clusters = ["b"]
+    assert set(asked.feasible_nodes(only_b, FUNCTION_PROFILE).nodes) <= {"n3", "n4", "n5"}
+    none = asked.feasible_nodes(mk.request("f", cpu=64, kind="function"), FUNCTION_PROFILE)
+    assert none.nodes == () and none.reason.startswith("0/6 nodes are available: ")
+    assert "5 node has too little cpu" in none.reason and "1 node(s) were not ready" in none.reason

@@ -7,8 +7,11 @@ from types import SimpleNamespace
 
 from edgeplane_contract.messages import FunctionInstance
 
+from controlplane.hub.framework_placer import FrameworkPlacer
+from controlplane.hub.placement import PlacementNode
+from controlplane.hub.spec import WorkloadSpec
 from controlplane.serverless.estimates import Estimates
-from controlplane.serverless.placement import node_options
+from controlplane.serverless.placement import node_options, unplaceable_reason
 from controlplane.serverless.spec import FunctionSpec
 
 SOURCE = "def handle(event, context):\n    return event\n"
@@ -20,16 +23,17 @@ def _spec(**extra: object) -> FunctionSpec:
     return spec
 
 
-def _hub(*names: str, status: str = "Ready") -> SimpleNamespace:
+def _hub(*names: str, status: str = "Ready", memory: int = 4 * 2**30) -> SimpleNamespace:
+    """The function service's view of a hub whose placement engine is the real scheduler."""
+    placer = FrameworkPlacer("edgeplane")
+    for name in names:
+        placer.upsert_node(PlacementNode(name=name, cluster="c1", region="r1", cpu=4, memory=memory))
+        placer.set_node_ready(name, status == "Ready")
     nodes = {
         n: SimpleNamespace(status=status, cluster="c1", power_source="mains", battery_percent=None)
         for n in names
     }
-    return SimpleNamespace(
-        nodes=nodes,
-        node_capacity=lambda node: {"memory": 4 * 2**30, "gpus": 0},
-        federation=SimpleNamespace(cluster=lambda name: None),
-    )
+    return SimpleNamespace(nodes=nodes, function_nodes=placer.function_nodes, placer=placer)
 
 
 def _instance(instance_id: str, *, in_flight: int = 0, state: str = "idle") -> FunctionInstance:
@@ -71,3 +75,31 @@ def test_affinity_and_capacity_leave_nodes_out() -> None:
     assert set(_options(_hub("n1"), _spec(affinity={"regions": ["eu"]}))) == set()
     assert set(_options(_hub("n1"), _spec(memory=8 * 2**30))) == set()
     assert set(_options(_hub("n1", status="NotReady"), _spec())) == set()
+
+
+def test_cpu_and_mig_requests_count_like_a_workloads() -> None:
+    assert set(_options(_hub("n1"), _spec(cpu=8))) == set()
+    assert set(_options(_hub("n1"), _spec(mig="1g.5gb"))) == set()  # no GPU, no MIG slice
+    assert set(_options(_hub("n1"), _spec(cpu=2))) == {"n1"}
+
+
+def test_workload_reservations_leave_no_room_for_a_new_instance_but_a_warm_one_still_serves() -> None:
+    hub = _hub("n1", "n2")
+    big = WorkloadSpec.parse({"name": "big", "command": ["sleep", "60"], "resources": {"cpu": 4}})
+    outcome = hub.placer.place("w1", big, [0])
+    full = outcome.choices[0].node
+    other = ({"n1", "n2"} - {full}).pop()
+    options = _options(hub, _spec())
+    assert set(options) == {other} and options[other].can_start
+
+    instances = {full: {"a": _instance("a")}}
+    options = _options(hub, _spec(), instances=instances)
+    assert options[full].warm_free == 2 and not options[full].can_start
+    assert options[other].can_start
+
+
+def test_the_reason_no_node_fits_is_the_filters_own() -> None:
+    hub = _hub("n1", "n2", memory=2**30)
+    reason = unplaceable_reason(hub, _spec(memory=8 * 2**30))  # type: ignore[arg-type]
+    assert reason.startswith("0/2 nodes are available: 2 ") and "memory" in reason.lower()
+    assert unplaceable_reason(hub, _spec()) == ""  # type: ignore[arg-type]
