@@ -6,7 +6,6 @@ live hub runs exactly the scheduler the simulator measures (``controlplane.sched
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from controlplane.federation.config import FederationConfig
@@ -22,26 +21,7 @@ from controlplane.scheduling.model import (
 from controlplane.scheduling.profiles import FUNCTION_PROFILE, Profile
 from controlplane.scheduling.scheduler import Scheduler
 
-__all__ = ["FrameworkPlacer", "to_request"]
-
-# The hub's workload kinds -> the scheduler's.
-_KIND = {"batch": "batch", "service": "service", "analytics": "analytics", "inference": "service"}
-
-
-def to_request(workload_id: str, spec: WorkloadSpec) -> WorkloadRequest:
-    return WorkloadRequest(
-        id=workload_id,
-        name=spec.name,
-        resources=spec.resources,
-        replicas=spec.replicas,
-        priority=spec.priority,
-        affinity=copy.deepcopy(spec.affinity),
-        anti_affinity=copy.deepcopy(spec.anti_affinity),
-        gang=spec.gang,
-        kind=_KIND.get(spec.kind, "batch"),
-        sla_latency_s=spec.sla_latency_s,
-        expected_runtime_s=spec.timeout_s,
-    )
+__all__ = ["FrameworkPlacer"]
 
 
 class FrameworkPlacer:
@@ -98,7 +78,7 @@ class FrameworkPlacer:
         self.scheduler.upsert_node(self._state(node))
 
     def place(self, workload_id: str, spec: WorkloadSpec, replicas: list[int]) -> PlacementOutcome:
-        request = to_request(workload_id, spec)
+        request = spec.request(workload_id)
         decision = self.scheduler.schedule(request, replicas=replicas, enqueue=False)
         outcome = PlacementOutcome()
         for placement in decision.placements:
@@ -139,7 +119,7 @@ class FrameworkPlacer:
                 memory=spec.resources.memory,
                 gpus=tuple(int(i) for i in assignment.get("gpu_indices", [])),
             )
-        request = to_request(workload_id, spec)
+        request = spec.request(workload_id)
         self.scheduler.reserve_existing(
             workload_id, replica, node, parsed, priority=spec.priority, kind=request.kind, request=request
         )

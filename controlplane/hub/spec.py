@@ -12,7 +12,13 @@ from edgeplane_contract.messages import RESTART_POLICIES, CommandV1, OfferSpec, 
 from edgeplane_contract.resources import MIG_PROFILES, ResourceRequest, parse_cpu, parse_memory
 
 from controlplane.errors import PayloadTooLargeError, ValidationError
-from controlplane.scheduling.model import Affinity, AntiAffinity
+from controlplane.scheduling.model import (
+    PLACEMENT_TERMS,
+    Affinity,
+    AntiAffinity,
+    PlacementTerms,
+    WorkloadRequest,
+)
 from controlplane.schema import (
     Boolean,
     Choice,
@@ -51,6 +57,8 @@ T = TypeVar("T")
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 KINDS = ("batch", "service", "analytics", "inference")
+# The scheduler knows inference as a latency-bound service.
+SCHEDULER_KIND = {"batch": "batch", "service": "service", "analytics": "analytics", "inference": "service"}
 # Local restarts by the agent (edge_agent/restarts.py); restart_policy takes RESTART_POLICIES,
 # defined with the run command in edgeplane_contract/messages.py.
 DEFAULT_MAX_RESTARTS = 5
@@ -114,21 +122,17 @@ def stored(cls: type[T], data: Mapping[str, Any] | None) -> T:
 
 
 @dataclass(slots=True)
-class WorkloadSpec:
-    """A container-like workload: a command run as a local process on an edge node."""
+class WorkloadSpec(PlacementTerms):
+    """A container-like workload: a command run as a local process on an edge node.
+
+    Its placement terms (resources, replicas, priority, affinity, anti-affinity, gang, SLA) are the
+    scheduler's own (``scheduling.model.PlacementTerms``): one model from the API to the scheduler,
+    and :meth:`request` hands them over as they are."""
 
     name: str
     command: list[str]
     env: dict[str, str] = field(default_factory=dict)
-    resources: ResourceRequest = field(default_factory=ResourceRequest)
-    replicas: int = 1
-    priority: int = 0
-    # The scheduler's own constraint types (``scheduling.model``): one affinity from API to scheduler.
-    affinity: Affinity = field(default_factory=Affinity)
-    anti_affinity: AntiAffinity = field(default_factory=AntiAffinity)
-    gang: bool = False
     kind: str = "batch"
-    sla_latency_s: float | None = None
     timeout_s: float | None = None
     restart_policy: str = "never"
     max_restarts: int = DEFAULT_MAX_RESTARTS
@@ -139,7 +143,18 @@ class WorkloadSpec:
         return WORKLOAD.parse(body)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        return {key: data[key] for key in _STORED_ORDER}  # what to run first, as users write it
+
+    def request(self, workload_id: str) -> WorkloadRequest:
+        """This workload as the scheduler places it (its run time bounded by ``timeout_s``)."""
+        return WorkloadRequest(
+            workload_id,
+            name=self.name,
+            kind=SCHEDULER_KIND.get(self.kind, "batch"),
+            expected_runtime_s=self.timeout_s,
+            **self.placement_terms(),
+        )
 
     def run_spec(self, gpu_indices: list[int]) -> RunSpec:
         """What the agent gets in the run command of one replica placed with these GPUs."""
@@ -213,6 +228,18 @@ class WorkloadSpec:
         spec.max_restarts = int(data.get("max_restarts", DEFAULT_MAX_RESTARTS))
         return spec
 
+
+_STORED_ORDER = (
+    "name",
+    "command",
+    "env",
+    *(term for term in PLACEMENT_TERMS if term != "sla_latency_s"),
+    "kind",
+    "sla_latency_s",
+    "timeout_s",
+    "restart_policy",
+    "max_restarts",
+)
 
 # --- The request models: each rule once, for the parser and the OpenAPI document -------------
 

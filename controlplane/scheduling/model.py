@@ -6,7 +6,7 @@ All of them are plain dataclasses with ``to_dict`` for JSON.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from edgeplane_contract.resources import ResourceRequest
@@ -15,6 +15,7 @@ from controlplane.scheduling.types import Status
 
 __all__ = [
     "KINDS",
+    "PLACEMENT_TERMS",
     "Affinity",
     "AntiAffinity",
     "Assignment",
@@ -25,6 +26,7 @@ __all__ = [
     "MigSlice",
     "Migration",
     "NodeState",
+    "PlacementTerms",
     "ReplicaPlacement",
     "Victim",
     "WorkloadRequest",
@@ -132,20 +134,35 @@ class AntiAffinity:
     spread_replicas: bool = False
 
 
-@dataclass(slots=True)
-class WorkloadRequest:
-    """What the hub asks the scheduler to place: ``replicas`` copies of ``resources``."""
+@dataclass(slots=True, kw_only=True)
+class PlacementTerms:
+    """What placing a workload depends on, declared once: the user's workload spec (``hub.spec``)
+    and the scheduler's request both are these terms plus their own fields."""
 
-    id: str
-    name: str = ""
     resources: ResourceRequest = field(default_factory=ResourceRequest)
     replicas: int = 1
     priority: int = 0
     affinity: Affinity = field(default_factory=Affinity)
     anti_affinity: AntiAffinity = field(default_factory=AntiAffinity)
     gang: bool = False
-    kind: str = "service"
     sla_latency_s: float | None = None
+
+    def placement_terms(self) -> dict[str, Any]:
+        """These terms as keyword arguments (the objects themselves: the scheduler never mutates
+        a request's resources or affinity)."""
+        return {name: getattr(self, name) for name in PLACEMENT_TERMS}
+
+
+PLACEMENT_TERMS = tuple(f.name for f in fields(PlacementTerms))
+
+
+@dataclass(slots=True)
+class WorkloadRequest(PlacementTerms):
+    """What the hub asks the scheduler to place: ``replicas`` copies of ``resources``."""
+
+    id: str
+    name: str = ""
+    kind: str = "service"
     # Where the workload's input data lives: a node name or a region name.
     data_location: str | None = None
     data_bytes: int = 0

@@ -101,3 +101,37 @@ def test_bad_restart_settings_name_their_field(body, field):
     with pytest.raises(ValidationError) as info:
         WorkloadSpec.parse({"name": "x", "command": ["true"], **body})
     assert info.value.field == field
+
+
+def test_one_workload_model_from_the_api_to_the_scheduler() -> None:
+    """The spec's placement terms are the scheduler's own: the request carries the same objects,
+    stored specs keep every field (in the order users write them) and read back equal."""
+    from dataclasses import fields
+
+    from controlplane.hub.spec import _STORED_ORDER
+    from controlplane.scheduling.model import PLACEMENT_TERMS
+
+    spec = WorkloadSpec.parse(
+        {
+            "name": "infer",
+            "command": ["serve"],
+            "resources": {"cpu": "500m", "memory": "1Gi"},
+            "replicas": 3,
+            "priority": 7,
+            "affinity": {"clusters": ["edge"], "preferred_labels": {"zone": "a"}},
+            "anti_affinity": {"spread_replicas": True},
+            "gang": True,
+            "kind": "inference",
+            "sla_latency_s": 0.2,
+            "timeout_s": 30,
+        }
+    )
+    request = spec.request("w1")
+    for term in PLACEMENT_TERMS:
+        assert getattr(request, term) == getattr(spec, term), term
+    assert request.affinity is spec.affinity and request.resources is spec.resources
+    assert (request.id, request.name, request.kind) == ("w1", "infer", "service")
+    assert request.expected_runtime_s == 30
+    assert set(_STORED_ORDER) == {f.name for f in fields(WorkloadSpec)}
+    assert list(spec.to_dict())[:3] == ["name", "command", "env"]
+    assert WorkloadSpec.from_stored(spec.to_dict()) == spec
