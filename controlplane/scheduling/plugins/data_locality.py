@@ -12,12 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from controlplane.scheduling.actions import Candidates
 from controlplane.scheduling.data_transfer import transfer_seconds
-from controlplane.scheduling.framework import MAX_NODE_SCORE, STATE_NOW, CycleState, FloatArray, Handle
+from controlplane.scheduling.framework import STATE_NOW, CycleState, FloatArray, Handle
 from controlplane.scheduling.model import WorkloadRequest
+from controlplane.scheduling.plugins._scores import min_max_scores
 from controlplane.scheduling.plugins.args import decode_args
 
 __all__ = ["NAME", "DataLocality", "DataLocalityArgs", "new", "transfer_seconds"]
@@ -41,13 +40,7 @@ class DataLocality:
         return result
 
     def normalize(self, state: CycleState, raw: FloatArray) -> FloatArray:
-        if len(raw) == 0:
-            return raw
-        low, top = float(raw.min()), float(raw.max())
-        if top - low <= 1e-12:
-            return np.full_like(raw, MAX_NODE_SCORE)
-        result: FloatArray = np.floor(MAX_NODE_SCORE * (raw - low) / (top - low))
-        return result
+        return min_max_scores(raw)
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> DataLocality:

@@ -19,8 +19,9 @@ import numpy as np
 from edgeplane_contract.objective import AdaptiveWeights, RewardConfig, energy_weight
 
 from controlplane.scheduling.actions import Candidates
-from controlplane.scheduling.framework import MAX_NODE_SCORE, CycleState, FloatArray, Handle
+from controlplane.scheduling.framework import CycleState, FloatArray, Handle
 from controlplane.scheduling.model import WorkloadRequest
+from controlplane.scheduling.plugins._scores import min_max_scores
 from controlplane.scheduling.plugins.args import decode_args
 
 __all__ = ["NAME", "Energy", "EnergyArgs", "fleet_max_w", "new", "power_terms"]
@@ -87,13 +88,7 @@ class Energy:
         return self.rule
 
     def normalize(self, state: CycleState, raw: FloatArray) -> FloatArray:
-        if len(raw) == 0:
-            return raw
-        low, top = float(raw.min()), float(raw.max())
-        if top - low <= 1e-12:
-            return np.full_like(raw, MAX_NODE_SCORE)
-        result: FloatArray = np.floor(MAX_NODE_SCORE * (raw - low) / (top - low))
-        return result
+        return min_max_scores(raw)
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> Energy:
