@@ -42,10 +42,15 @@ class FunctionStats:
 
     @staticmethod
     def percentile(values: deque[float], q: float) -> float | None:
+        """The ``q`` quantile, interpolated between the two nearest samples (numpy's default
+        "linear" rule): the p50 of two samples is their mean, not the larger one."""
         if not values:
             return None
         ordered = sorted(values)
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+        position = q * (len(ordered) - 1)
+        low = int(position)
+        high = min(low + 1, len(ordered) - 1)
+        return round(ordered[low] + (ordered[high] - ordered[low]) * (position - low), 3)
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -40,6 +40,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
+def progress_line(t: float, window: tuple[float, float]) -> str:
+    """Where a run is, in the hours the user asked for: warm-up, the measured window, then the
+    drain (work still running when arrivals stop), past the window rather than beyond 100 %."""
+    start, end = window
+    hours = (end - start) / 3600
+    if t < start:
+        return f"warming up ({t / 3600:.1f}/{start / 3600:.1f} h)"
+    if t <= end:
+        return f"simulated {(t - start) / 3600:.1f}/{hours:g} h"
+    return f"simulated {hours:g}/{hours:g} h, draining the work still running (+{(t - end) / 3600:.1f} h)"
+
+
 def _fail(message: str) -> int:
     print(f"controlplane simulate: error: {message}", file=sys.stderr)
     return 2
@@ -92,11 +104,10 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
 
-    def progress(name: str, t: float, end: float) -> None:
+    def progress(name: str, t: float, window: tuple[float, float]) -> None:
         if not args.quiet:
             print(
-                f"  [{name}] simulated {t / 3600:.1f}/{end / 3600:.1f} h "
-                f"({time.perf_counter() - started:.0f} s)",
+                f"  [{name}] {progress_line(t, window)} ({time.perf_counter() - started:.0f} s)",
                 file=sys.stderr,
                 flush=True,
             )

@@ -71,7 +71,7 @@ class Simulation:
         profile: str | dict[str, Any],
         hours: float,
         seed: int,
-        progress: Callable[[str, float, float], None] | None = None,
+        progress: Callable[[str, float, tuple[float, float]], None] | None = None,
     ) -> None:
         self.preset = preset
         self.hours = hours
@@ -165,7 +165,7 @@ class Simulation:
                 break
             if self.progress is not None and t - last_report >= 3600.0:
                 last_report = t
-                self.progress(self.name, t, self.window[1])
+                self.progress(self.name, t, self.window)
         for node in self.nodes:
             self.physics.advance(node, min(self.now, self.window[1]))
         record_outcomes(self.record, self.nodes, self.order, self.sched.stats, time.perf_counter() - started)

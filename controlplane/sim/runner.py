@@ -51,7 +51,7 @@ def run_comparison(
     hours: float,
     seed: int,
     nodes: int | None = None,
-    progress: Callable[[str, float, float], None] | None = None,
+    progress: Callable[[str, float, tuple[float, float]], None] | None = None,
 ) -> dict[str, Any]:
     """Simulate each scheduler on the same tasks; returns the JSON report."""
     base = get_preset(preset) if isinstance(preset, str) else preset

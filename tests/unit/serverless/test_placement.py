@@ -103,3 +103,18 @@ def test_the_reason_no_node_fits_is_the_filters_own() -> None:
     reason = unplaceable_reason(hub, _spec(memory=8 * 2**30))  # type: ignore[arg-type]
     assert reason.startswith("0/2 nodes are available: 2 ") and "memory" in reason.lower()
     assert unplaceable_reason(hub, _spec()) == ""  # type: ignore[arg-type]
+
+
+def test_latency_percentiles_interpolate_like_numpy() -> None:
+    from collections import deque
+
+    import numpy as np
+
+    from controlplane.serverless.estimates import FunctionStats
+
+    assert FunctionStats.percentile(deque([10.0, 30.0]), 0.5) == 20.0  # not the larger one
+    assert FunctionStats.percentile(deque([5.0]), 0.99) == 5.0
+    assert FunctionStats.percentile(deque(), 0.5) is None
+    samples = [float(x) for x in np.random.default_rng(3).exponential(40, 257)]
+    for q in (0.5, 0.9, 0.99):
+        assert FunctionStats.percentile(deque(samples), q) == round(float(np.percentile(samples, q * 100)), 3)

@@ -119,3 +119,14 @@ def test_configure_declares_the_documented_flags():
     args = parser.parse_args([])
     # --schedulers: None means the preset's own default (see runner.default_schedulers).
     assert (args.preset, args.schedulers, args.hours, args.seed) == ("seed-200", None, 1.0, 42)
+
+
+def test_progress_counts_the_hours_asked_for_and_never_runs_past_them() -> None:
+    from controlplane.sim.cli import progress_line
+
+    window = (1800.0, 1800.0 + 2.5 * 3600)  # 30 min warm-up, 2.5 h measured
+    assert progress_line(900.0, window) == "warming up (0.2/0.5 h)"
+    assert progress_line(1800.0 + 3600, window) == "simulated 1.0/2.5 h"
+    assert progress_line(window[1], window) == "simulated 2.5/2.5 h"
+    late = progress_line(window[1] + 1800, window)
+    assert late == "simulated 2.5/2.5 h, draining the work still running (+0.5 h)"
