@@ -36,7 +36,18 @@ def build_parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=help_text, description=help_text)
         module.configure(cmd)
         cmd.set_defaults(_run=module.run)
+    _describe_verbs(parser)
     return parser
+
+
+def _describe_verbs(parser: argparse.ArgumentParser) -> None:
+    """A verb's ``--help`` opens with its one-line help when it has no description of its own."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, verb in action.choices.items():
+                verb.description = verb.description or helps.get(name)
+                _describe_verbs(verb)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,19 +38,48 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="edge-agent", description="edgeplane edge agent")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    run = sub.add_parser("run", help="run the agent until interrupted")
+    run = sub.add_parser(
+        "run",
+        help="run the agent until interrupted",
+        description="Run an edge agent: register with the hub over NATS, report telemetry (CPU, "
+        "memory, power source and battery, GPUs), run the workloads and functions placed here as "
+        "confined local processes, and keep serving them when the hub or NATS is away. Flags "
+        "override the --config file; SIGTERM or Ctrl-C stops the work cleanly.",
+    )
     run.add_argument("--nats", dest="nats_url", help="NATS URL (default nats://127.0.0.1:4222)")
     run.add_argument("--cluster", help="cluster name (default: default)")
     run.add_argument("--name", help="node name, unique in the federation")
     run.add_argument("--config", help="YAML config file (flags override it)")
-    run.add_argument("--subject-prefix", dest="subject_prefix")
-    run.add_argument("--heartbeat-interval", dest="heartbeat_interval_s", type=float)
-    run.add_argument("--node-type", dest="node_type", choices=["edge", "cpu", "gpu", "dpu"])
+    run.add_argument(
+        "--subject-prefix",
+        dest="subject_prefix",
+        help="NATS subject prefix, as the hub's (default edgeplane.v1)",
+    )
+    run.add_argument(
+        "--heartbeat-interval",
+        dest="heartbeat_interval_s",
+        type=float,
+        help="seconds between heartbeats (default 2; the hub's lease is a few of them)",
+    )
+    run.add_argument(
+        "--node-type",
+        dest="node_type",
+        choices=["edge", "cpu", "gpu", "dpu"],
+        help="what kind of node this is, for placement (default edge)",
+    )
     run.add_argument("--labels", type=_labels, help="k=v,k2=v2")
     run.add_argument("--cpu", help="CPU cores offered (default: all)")
     run.add_argument("--memory", help="memory offered, e.g. 4Gi (default: all)")
-    run.add_argument("--power-supply-path", dest="power_supply_path", help="power_supply sysfs folder")
-    run.add_argument("--work-dir", dest="work_dir")
+    run.add_argument(
+        "--power-supply-path",
+        dest="power_supply_path",
+        help="power_supply sysfs folder to read mains/battery from (default /sys/class/power_supply)",
+    )
+    run.add_argument(
+        "--work-dir",
+        dest="work_dir",
+        help="where the agent keeps its state, outbox and workload logs (default ~/.edgeplane/agent/NAME)",
+    )
     run.add_argument(
         "--run-as",
         dest="run_as",
@@ -68,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--nats-ca", dest="nats_ca", help="CA file to verify a tls:// NATS server")
     run.add_argument("--nats-cert", dest="nats_cert", help="client certificate (PEM) for NATS")
     run.add_argument("--nats-key", dest="nats_key", help="the private key (PEM) of --nats-cert")
-    run.add_argument("--log-level", default="INFO")
+    run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     # The local policy's tools; the module keeps numpy/onnxruntime imports inside its functions.
     from edge_agent.policy import cli as policy_cli
 

@@ -81,7 +81,12 @@ async def connect_nats(
             await on_reconnected()
 
     async def _disconnected() -> None:
-        log.warning("nats %s: disconnected", where)
+        # nats-py calls this on our own close() too (the status is CLOSED by then): that is a
+        # clean stop, not something an operator must look at.
+        if nc.is_closed:
+            log.debug("nats %s: closed", where)
+        else:
+            log.warning("nats %s: disconnected", where)
         if on_disconnected is not None:
             await on_disconnected()
 

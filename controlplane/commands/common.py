@@ -144,7 +144,7 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         default=50.0,
         help="API requests per second per token, with bursts of 4x (default 50; 0 disables)",
     )
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
 
 def setup_logging(level: str) -> None:
@@ -152,6 +152,9 @@ def setup_logging(level: str) -> None:
         level=getattr(logging, level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # Alembic says every plugin and migration step at INFO; the store logs one line instead.
+    if logging.getLogger().level > logging.DEBUG:
+        logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def database_url(args: argparse.Namespace) -> str:

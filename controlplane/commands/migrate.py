@@ -11,8 +11,14 @@ __all__ = ["configure", "run"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--database-url", default=os.environ.get("EDGEPLANE_DATABASE_URL"))
-    parser.add_argument("--data-dir", default=".edgeplane")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("EDGEPLANE_DATABASE_URL"),
+        help="SQLAlchemy URL (env EDGEPLANE_DATABASE_URL; default SQLite in --data-dir)",
+    )
+    parser.add_argument(
+        "--data-dir", default=".edgeplane", help="where the SQLite store lives (default .edgeplane)"
+    )
     parser.add_argument("--revision", default="head", help="target revision (default head)")
     parser.add_argument("--downgrade", action="store_true", help="downgrade to --revision instead")
 

@@ -30,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     create.add_argument("--ttl", help="lifetime, e.g. 30m, 12h, 7d (default: no expiry)")
     verbs.add_parser("list", help="list tokens (never the tokens themselves)").add_argument(
-        "-o", "--output", choices=("table", "json"), default="table"
+        "-o", "--output", choices=("table", "json"), default="table", help="table (default) or json"
     )
     revoke = verbs.add_parser("revoke", help="revoke a token by id, or every token of a name")
     revoke.add_argument("token", metavar="ID_OR_NAME")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import ssl
 import sys
@@ -45,9 +46,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_hub_arguments(parser)
     parser.add_argument("--agents", type=int, default=3, help="local edge agents to start (default 3)")
     parser.add_argument("--heartbeat-interval", type=float, default=1.0, help="agents' heartbeat period (s)")
-    parser.add_argument("--agent-cpu", help="CPU cores each local agent offers (default: the machine's)")
     parser.add_argument(
-        "--agent-memory", help="memory each local agent offers, e.g. 2Gi (default: the machine's)"
+        "--agent-cpu",
+        help="CPU cores each local agent offers (default: the machine's, shared among the agents)",
+    )
+    parser.add_argument(
+        "--agent-memory",
+        help="memory each local agent offers, e.g. 2Gi (default: the machine's, shared among the agents)",
     )
 
 
@@ -126,6 +131,17 @@ async def _enrolment(
     return command
 
 
+def agent_share(agents: int) -> tuple[str, str]:
+    """(cpu, memory) each of ``agents`` local agents offers by default: the machine split among
+    them, so that they do not offer the same cores and bytes each (over-committing it N times)."""
+    import psutil
+
+    share = max(1, agents)
+    cpu = max(0.1, round((os.cpu_count() or 1) / share, 3))
+    memory = psutil.virtual_memory().total // share
+    return f"{cpu:g}", str(memory)
+
+
 def _agent_command(
     args: argparse.Namespace, nats_url: str, cluster: str, name: str, data_dir: Path
 ) -> list[str]:
@@ -147,10 +163,8 @@ def _agent_command(
         "--log-level",
         args.log_level,
     ]
-    if args.agent_cpu:
-        command += ["--cpu", args.agent_cpu]
-    if args.agent_memory:
-        command += ["--memory", args.agent_memory]
+    cpu, memory = agent_share(args.agents)
+    command += ["--cpu", args.agent_cpu or cpu, "--memory", args.agent_memory or memory]
     for flag, value in (
         ("--nats-ca", args.nats_ca),
         ("--nats-cert", args.nats_cert),

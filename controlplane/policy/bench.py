@@ -27,8 +27,10 @@ def configure(sub: Any) -> None:
     """Add ``bench`` to the subparsers (``add_subparsers()``) of ``controlplane policy``."""
     p_bench = sub.add_parser("bench", help="measure decision latency (p50/p99) on one core")
     p_bench.add_argument("--model", help="ONNX model path (default: the shipped int8 model)")
-    p_bench.add_argument("-n", "--decisions", type=int, default=5000)
-    p_bench.add_argument("--heuristic-decisions", type=int, default=300)
+    p_bench.add_argument("-n", "--decisions", type=int, default=5000, help="timed policy decisions per stage")
+    p_bench.add_argument(
+        "--heuristic-decisions", type=int, default=300, help="timed decisions of the (slower) heuristic"
+    )
     p_bench.add_argument("--cpu", type=int, default=None, help="CPU to pin to (default: first allowed)")
     p_bench.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every stage")
     p_bench.add_argument("--json", action="store_true", help="print JSON")

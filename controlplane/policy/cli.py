@@ -31,22 +31,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="datasets, weights, reports")
     train.add_argument("--seed", type=int, default=0, help="initialisation and batching seed")
     train.add_argument("--train-seeds", type=int, default=24, help="environment seeds 0..N-1")
-    train.add_argument("--states-per-seed", type=int, default=1000)
-    train.add_argument("--weights-per-state", type=int, default=4)
-    train.add_argument("--val-states", type=int, default=2000)
-    train.add_argument("--steps", type=int, default=12000)
+    train.add_argument("--states-per-seed", type=int, default=1000, help="training states per seed")
+    train.add_argument(
+        "--weights-per-state", type=int, default=4, help="reward weightings sampled per state (w1..w4)"
+    )
+    train.add_argument("--val-states", type=int, default=2000, help="validation states (held-out seeds)")
+    train.add_argument("--steps", type=int, default=12000, help="distillation optimiser steps")
     train.add_argument("--hidden", default="128,128", help="hidden layer sizes, comma-separated")
     train.add_argument("--finetune-steps", type=int, default=0, help="REINFORCE steps after distillation")
     train.add_argument(
         "--dp-epsilon", type=float, default=0.1, help="Laplace epsilon for fine-tuning rewards"
     )
     export = sub.add_parser("export", help="write fp32 + int8 ONNX and metadata.json")
-    export.add_argument("--work-dir", default=DEFAULT_WORK_DIR)
-    export.add_argument("--model-dir", default=DEFAULT_MODEL_DIR)
+    export.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="where `train` left its weights")
+    export.add_argument("--model-dir", default=DEFAULT_MODEL_DIR, help="where the agent's model files go")
     export.add_argument("--eval-seeds", type=int, default=3, help="held-out seeds (1000 states each)")
-    export.add_argument("--calibration-states", type=int, default=1000)
+    export.add_argument(
+        "--calibration-states", type=int, default=1000, help="states that calibrate the int8 quantiser"
+    )
     ev = sub.add_parser("eval", help="compare the shipped policy with the heuristic and baselines")
-    ev.add_argument("--model-dir", default=DEFAULT_MODEL_DIR)
+    ev.add_argument("--model-dir", default=DEFAULT_MODEL_DIR, help="the model files to evaluate")
     ev.add_argument("--eval-seeds", type=int, default=3, help="held-out seeds (1000 states each)")
     ev.add_argument("--json", dest="json_path", help="also write the result as JSON here")
     from controlplane.policy import bench

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 __all__ = ["create_engine", "current_revision", "head_revision", "migrate", "normalize_url", "sqlite_url"]
+
+log = logging.getLogger("edgeplane.store")
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -63,14 +66,20 @@ def _alembic_config(connection: Connection | None = None) -> Any:
 
 
 async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
-    """Upgrade the schema to ``revision`` (head by default)."""
+    """Upgrade the schema to ``revision`` (head by default); one log line when it changed
+    (alembic's own step-by-step lines are at DEBUG: ``setup_logging`` quiets them)."""
     from alembic import command
+    from alembic.runtime.migration import MigrationContext
 
-    def _upgrade(connection: Connection) -> None:
+    def _upgrade(connection: Connection) -> tuple[str | None, str | None]:
+        before = MigrationContext.configure(connection).get_current_revision()
         command.upgrade(_alembic_config(connection), revision)
+        return before, MigrationContext.configure(connection).get_current_revision()
 
     async with engine.begin() as conn:
-        await conn.run_sync(_upgrade)
+        before, after = await conn.run_sync(_upgrade)
+    if before != after:
+        log.info("store schema upgraded from %s to %s", before or "empty", after)
 
 
 async def downgrade(engine: AsyncEngine, revision: str) -> None:

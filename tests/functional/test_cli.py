@@ -96,6 +96,11 @@ def test_controlplane_up_runs_hub_nats_and_agents_and_ctrl_c_stops_them_all(tmp_
             lambda: _get(f"{base}/v1/nodes", token)[1], lambda body: len(body.get("items", [])) == 2
         )
         assert {n["status"] for n in nodes["items"]} == {"Ready"}
+        # The local agents share the machine rather than each offering all of it.
+        offered_cpu = sum(n["resources"]["cpu"] for n in nodes["items"])
+        assert offered_cpu <= (os.cpu_count() or 1) + 0.01
+        offered_memory = sum(n["resources"]["memory"] for n in nodes["items"])
+        assert offered_memory <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         children = _children(up.pid)
         assert len(children) == 3, "nats-server and two agents"
         status, created = _post(
@@ -118,6 +123,8 @@ def test_controlplane_up_runs_hub_nats_and_agents_and_ctrl_c_stops_them_all(tmp_
         up.send_signal(signal.SIGINT)
         code = up.wait(timeout=30)
     assert code == 0
+    after = up.stdout.read()
+    assert "disconnected" not in after, after  # a clean stop warns of nothing
     for child in children:
         assert (
             not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
