@@ -7,6 +7,7 @@ call (a workload of 4 replicas is one call: 4 cycles), p99 per replica, and p99 
 thread's CPU time (immune to other processes competing for the cores).
 
     python bench/scheduler_latency.py --nodes 1000 --profiles default,binpack,edgeplane
+    python bench/scheduler_latency.py --nodes 1000 --profiles edgeplane --metrics   # with /metrics' recording
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import json
 import time
 
 import numpy as np
+from prometheus_client import CollectorRegistry
 
+from controlplane.observe.scheduler import SchedulerMetrics
 from controlplane.scheduling.model import GpuDevice, NodeState
 from controlplane.scheduling.nodetable import ZONE_LABEL
 from controlplane.scheduling.scheduler import Scheduler
@@ -26,10 +29,12 @@ from controlplane.sim.runner import _data_nodes
 from controlplane.sim.workload import generate_tasks
 
 
-def build(profile: str, nodes: int, seed: int) -> tuple[Scheduler, list]:
+def build(profile: str, nodes: int, seed: int, metrics: bool = False) -> tuple[Scheduler, list]:
     preset = scale_preset(get_preset("seed-200"), nodes)
     clock = [0.0]
-    sched = Scheduler(profile, seed=seed, clock=lambda: clock[0])
+    # --metrics: the hub's Prometheus recorder (attempts, extension points, sampled plugins).
+    recorder = SchedulerMetrics(CollectorRegistry()) if metrics else None
+    sched = Scheduler(profile, seed=seed, clock=lambda: clock[0], recorder=recorder)
     for group in preset.groups:
         for k in range(group.count):
             sched.upsert_node(
@@ -47,8 +52,8 @@ def build(profile: str, nodes: int, seed: int) -> tuple[Scheduler, list]:
     return sched, tasks
 
 
-def run(profile: str, nodes: int, decisions: int, seed: int) -> dict[str, float]:
-    sched, tasks = build(profile, nodes, seed)
+def run(profile: str, nodes: int, decisions: int, seed: int, metrics: bool = False) -> dict[str, float]:
+    sched, tasks = build(profile, nodes, seed, metrics)
     ends: list[tuple[float, str]] = []
     timings: list[float] = []
     per_replica: list[float] = []
@@ -75,6 +80,7 @@ def run(profile: str, nodes: int, decisions: int, seed: int) -> dict[str, float]
     arr = np.array(timings)
     return {
         "profile": profile,
+        "metrics": metrics,
         "nodes": len(t),
         "decisions": len(arr),
         "cpu_allocated": float(t.cpu_alloc.sum() / t.cpu_cap.sum()),
@@ -95,9 +101,12 @@ def main() -> None:
     parser.add_argument("--profiles", default="default,binpack,edgeplane")
     parser.add_argument("--decisions", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--metrics", action="store_true", help="record Prometheus metrics as the hub does (their overhead)"
+    )
     args = parser.parse_args()
     for profile in args.profiles.split(","):
-        print(json.dumps(run(profile, args.nodes, args.decisions, args.seed)))
+        print(json.dumps(run(profile, args.nodes, args.decisions, args.seed, args.metrics)))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from edge_agent.heartbeats import Heartbeats
 from edge_agent.hub_link import HubLink
 from edge_agent.invocations import Invocations
 from edge_agent.local_decisions import LocalDecider
+from edge_agent.metrics import AgentState, MetricsServer, agent_registry
 from edge_agent.outbox import DurableOutbox
 from edge_agent.registration import Registration
 from edge_agent.reports import OUTBOX_FILE, Reports
@@ -189,6 +190,9 @@ class Agent:
             link=self.link,
             counters=self.counters,
         )
+        self.metrics: MetricsServer | None = None
+        if config.metrics_listen is not None:
+            self.metrics = MetricsServer(agent_registry(self._metrics_state()), *config.metrics_listen)
         self._resume_task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -222,6 +226,20 @@ class Agent:
         """Whether the agent is connected to NATS (and so, as far as it can tell, to the hub)."""
         return self.link.connected()
 
+    def _metrics_state(self) -> AgentState:
+        return AgentState(
+            node=self.config.name,
+            cluster=self.config.cluster,
+            counters=self.counters,
+            function_counters=self.functions.counters,
+            running=lambda: len(self.runner.running_ids()),
+            instances=self.functions.snapshot,
+            outbox_depth=lambda: len(self.outbox),
+            hub_reachable=self.hub_reachable,
+            power=self.power.read,
+            reward=lambda: self.decider.reward_config,
+        )
+
     def _advise_restart(self, entry: RunningPlacement) -> RestartChoice:
         return advise_restart(self.decider, self.counters, entry)
 
@@ -245,7 +263,14 @@ class Agent:
         self.confinement.prune(keep={s.placement_id for s in undecided})  # work dirs of work not resumed
         if undecided:
             self._resume_task = asyncio.create_task(self.registration.resume(undecided), name="resume")
-        nc = await self.link.connect(self._stop, self._on_reconnected)
+        if self.metrics is not None:  # before NATS: a node cut off from the hub is still scraped
+            await self.metrics.start()
+        try:
+            nc = await self.link.connect(self._stop, self._on_reconnected)
+        except BaseException:  # stopped before NATS ever answered: nothing else was started
+            if self.metrics is not None:
+                await self.metrics.stop()
+            raise
         name = self.config.name
         await nc.subscribe(self.subjects.command(name), cb=self.commands.on_command)
         await nc.subscribe(self.subjects.hub_hello(), cb=self._on_hello)
@@ -287,6 +312,8 @@ class Agent:
             close()
         self.outbox.close()
         self.invocations.close()
+        if self.metrics is not None:
+            await self.metrics.stop()
 
     async def _on_reconnected(self) -> None:
         self.counters["reconnects"] += 1

@@ -97,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--nats-ca", dest="nats_ca", help="CA file to verify a tls:// NATS server")
     run.add_argument("--nats-cert", dest="nats_cert", help="client certificate (PEM) for NATS")
     run.add_argument("--nats-key", dest="nats_key", help="the private key (PEM) of --nats-cert")
+    run.add_argument(
+        "--metrics-listen",
+        dest="metrics_listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics here (PORT alone: on loopback; default: not served)",
+    )
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     # The local policy's tools; the module keeps numpy/onnxruntime imports inside its functions.
     from edge_agent.policy import cli as policy_cli
@@ -128,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             "power_supply_path",
             "work_dir",
             "run_as",
+            "metrics_listen",
         )
     }
     try:

@@ -27,6 +27,7 @@ File keys (all optional except where the CLI does not give them)::
     cgroup_root: ""            # a cgroup v2 directory delegated to the agent (Delegate=yes)
     run_as: edgeplane-run      # user code runs as this user when the agent is root ("" or agent: as root)
     pids_max: 512              # processes per workload or function instance (cgroup pids controller)
+    metrics_listen: 127.0.0.1:9101  # serve Prometheus /metrics here (default: off; PORT alone: loopback)
 
 Errors name the file, the key and the reason.
 """
@@ -46,7 +47,7 @@ from edgeplane_contract.messages import DEFAULT_PREFIX
 from edgeplane_contract.objective import RewardConfig
 from edgeplane_contract.resources import parse_cpu, parse_memory
 
-__all__ = ["AgentConfig", "load_agent_config"]
+__all__ = ["AgentConfig", "load_agent_config", "parse_listen"]
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
@@ -91,6 +92,7 @@ class AgentConfig:
     # "agent": as the agent's own user, an explicit opt-out.
     run_as: str = "edgeplane-run"
     pids_max: int = 512  # processes per workload or function instance, where a pids cgroup exists
+    metrics_listen: tuple[str, int] | None = None  # (host, port) of /metrics; None: not served
     # The node's NATS identity (edge_agent/enrol.py), set from its credentials, never from the file.
     nats_seed: str = field(default="", repr=False)
     inbox_prefix: str = ""
@@ -125,6 +127,7 @@ _KEYS = {
     "cgroup_root",
     "run_as",
     "pids_max",
+    "metrics_listen",
 }
 
 
@@ -272,4 +275,23 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise fail("outbox_limit", "must be an integer >= 1")
     cfg.outbox_limit = limit
+    listen = data.get("metrics_listen")
+    if listen is not None and listen != "":
+        try:
+            cfg.metrics_listen = parse_listen(listen)
+        except ValueError as exc:
+            raise fail("metrics_listen", str(exc)) from None
     return cfg
+
+
+def parse_listen(value: object) -> tuple[str, int]:
+    """``HOST:PORT``, ``[V6]:PORT``, ``:PORT`` or ``PORT`` -> (host, port); no host is loopback
+    (metrics say much about a node: exposed beyond it only when asked)."""
+    text = str(value).strip()
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "", text
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"must be HOST:PORT or PORT with a port from 0 to 65535, got {text!r}")
+    return host, int(port)

@@ -85,6 +85,18 @@ _PATHS: dict[str, Any] = {
             "responses": {"200": _json({"type": "object"})},
         }
     },
+    "/metrics": {
+        "get": {
+            "operationId": "metrics",
+            "summary": "Prometheus metrics (docs/metrics.md); public with --public-metrics",
+            "responses": {
+                "200": {
+                    "description": "OK",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }
+            },
+        }
+    },
     "/v1/clusters": {
         "get": {
             "operationId": "listClusters",

@@ -174,6 +174,11 @@ class HubBus:
             return None
         return self._up_since.get(url)
 
+    def reconnects(self, cluster: str) -> int:
+        """How many times the cluster's connection came back after a break (the client counts)."""
+        nc = self._conns.get(self._url_for(cluster))
+        return int(nc.stats.get("reconnects", 0)) if nc is not None else 0
+
     async def say_hello(self) -> None:
         """Ask every agent to re-register (after a hub restart or a reconnect)."""
         hello = encode(HubHelloV1(hub_id=self.hub_id, started_at=self.started_at))

@@ -144,6 +144,11 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         default=50.0,
         help="API requests per second per token, with bursts of 4x (default 50; 0 disables)",
     )
+    parser.add_argument(
+        "--public-metrics",
+        action="store_true",
+        help="serve /metrics without a token (default: a token with scope read)",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
 
@@ -294,7 +299,11 @@ def api_auth(args: argparse.Namespace) -> AuthSettings:
 
     if not 0 <= args.rate_limit <= 1_000_000:
         raise ConfigError("<command line>", "--rate-limit", "must be between 0 and 1000000")
-    return AuthSettings(rate_per_s=args.rate_limit, burst=max(1, int(args.rate_limit * 4)))
+    return AuthSettings(
+        rate_per_s=args.rate_limit,
+        burst=max(1, int(args.rate_limit * 4)),
+        public_metrics=args.public_metrics,
+    )
 
 
 def api_ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:

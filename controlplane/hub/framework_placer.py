@@ -11,6 +11,7 @@ from typing import Any
 from controlplane.federation.config import FederationConfig
 from controlplane.hub.placement import PlacementNode, PlacementOutcome, ReplicaChoice
 from controlplane.hub.spec import WorkloadSpec
+from controlplane.scheduling.instrument import FrameworkRecorder
 from controlplane.scheduling.model import (
     Assignment,
     Feasibility,
@@ -31,8 +32,10 @@ class FrameworkPlacer:
         self,
         profile: str | dict[str, Any] | Profile = "edgeplane",
         federation: FederationConfig | None = None,
+        *,
+        recorder: FrameworkRecorder | None = None,
     ) -> None:
-        self.scheduler = Scheduler(profile, federation)
+        self.scheduler = Scheduler(profile, federation, recorder=recorder)
         self.nodes: dict[str, PlacementNode] = {}
 
     def upsert_node(self, node: PlacementNode) -> None:
@@ -136,6 +139,12 @@ class FrameworkPlacer:
             "mig": [m.to_dict() for m in state.mig_allocated],
             "dpu": len(state.dpus_allocated),
         }
+
+    def capacity(self, node: str) -> dict[str, Any]:
+        known = self.nodes.get(node)
+        if known is None:
+            return {}
+        return {"cpu": known.cpu, "memory": known.memory, "gpus": known.gpus}
 
     def function_nodes(self, request: WorkloadRequest) -> Feasibility:
         return self.scheduler.feasible_nodes(request, FUNCTION_PROFILE)

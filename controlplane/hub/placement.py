@@ -80,6 +80,10 @@ class Placer(Protocol):
         """What placements hold on a node (for the API)."""
         ...
 
+    def capacity(self, node: str) -> dict[str, Any]:
+        """What a node offers placement (cpu, memory, gpus; empty when unknown), for the metrics."""
+        ...
+
     def function_nodes(self, request: WorkloadRequest) -> Feasibility:
         """The nodes where one instance of a function fits now (the ``functions`` profile's
         filters over the same nodes and reservations as workloads); nothing is reserved."""

@@ -8,12 +8,13 @@ import dataclasses
 import time
 import uuid
 
-from controlplane.hub.bidding import run_bid_round
+from controlplane.hub.bidding import BidOutcome, run_bid_round
 from controlplane.hub.lifecycle import missing_replicas
 from controlplane.hub.placement import Placer, ReplicaChoice
 from controlplane.hub.registry import NodeRegistry
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.hub.workloads import PlacementBook
+from controlplane.observe.hub import HubMetrics
 from controlplane.store import queries
 from controlplane.store.models import PlacementRow
 from controlplane.store.store import Store
@@ -33,6 +34,7 @@ class PlacementRound:
         active: dict[str, tuple[str, int, str]],
         *,
         bid_deadline_ms: float,
+        metrics: HubMetrics,
     ) -> None:
         self.store = store
         self.placer = placer
@@ -40,9 +42,11 @@ class PlacementRound:
         self.book = book
         self._active = active
         self.bid_deadline_ms = bid_deadline_ms
+        self.metrics = metrics
 
     async def place_pending(self) -> None:
         """Place the missing replicas of pending workloads (up to 200 a round)."""
+        unplaced = 0  # replicas this round found no node for: they wait for capacity
         async with self.store.session() as s:
             pending = await queries.pending_workloads(s, limit=200)
             for workload in pending:
@@ -54,6 +58,7 @@ class PlacementRound:
                     continue
                 spec = WorkloadSpec.from_stored(workload.spec)
                 outcome = self.placer.place(workload.id, spec, missing)
+                unplaced += len(missing) - len(outcome.choices)
                 if self.bid_deadline_ms > 0 and outcome.choices:
                     # One deadline for all replicas of the workload, not one each: the rounds wait on
                     # the network together; each move after its round is synchronous (no interleaving).
@@ -101,6 +106,15 @@ class PlacementRound:
                     Store.add_event(
                         s, "FailedScheduling", "workload", workload.id, outcome.unschedulable_reason
                     )
+        self.metrics.scheduler.set_pending("unschedulable", unplaced)
+
+    def _count_bids(self, result: BidOutcome) -> None:
+        asked = [row for row in result.rows if row.asked]
+        answered = [row for row in asked if row.bid is not None]
+        declined = sum(1 for row in answered if row.bid is not None and not row.bid.accept)
+        self.metrics.bids.round(
+            result.decided_by, asked=len(asked), answered=len(answered), declined=declined
+        )
 
     async def _with_bids(self, workload_id: str, spec: WorkloadSpec, choice: ReplicaChoice) -> ReplicaChoice:
         """Let the candidates' local policies bid; move the replica if another node wins."""
@@ -109,6 +123,7 @@ class PlacementRound:
         )
         if result is None:
             return choice
+        self._count_bids(result)
         bids = {"decided_by": result.decided_by, "winner": result.winner, "candidates": result.table}
         if result.winner != choice.node:
             self.placer.release(workload_id, choice.replica)

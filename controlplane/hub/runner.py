@@ -22,6 +22,8 @@ from controlplane.federation.config import FederationConfig
 from controlplane.hub.framework_placer import FrameworkPlacer
 from controlplane.hub.placement import Placer
 from controlplane.hub.service import Hub, HubSettings
+from controlplane.observe.hub import HubMetrics
+from controlplane.scheduling.instrument import FrameworkRecorder
 from controlplane.scheduling.profiles import Profile
 from controlplane.serverless.service import FunctionService, ServerlessSettings
 from controlplane.store.store import Store
@@ -31,9 +33,11 @@ __all__ = ["RunningHub", "build_hub", "make_placer", "start_hub"]
 log = logging.getLogger("edgeplane.hub")
 
 
-def make_placer(profile: Profile, federation: FederationConfig) -> Placer:
+def make_placer(
+    profile: Profile, federation: FederationConfig, recorder: FrameworkRecorder | None = None
+) -> Placer:
     """The scheduling framework with ``profile``: the one placement engine of workloads."""
-    return FrameworkPlacer(profile, federation)
+    return FrameworkPlacer(profile, federation, recorder=recorder)
 
 
 def build_hub(settings: HubSettings, store: Store) -> Hub:
@@ -48,12 +52,14 @@ def build_hub(settings: HubSettings, store: Store) -> Hub:
         check_reply_inbox=settings.require_enrolment,
     )
     serverless = ServerlessSettings(policy=settings.function_policy)
+    metrics = HubMetrics()  # this hub's own registry (several hubs may share a process)
     return Hub(
         settings,
         store,
         bus=bus,
-        placer=make_placer(settings.scheduler, settings.federation),
-        functions=lambda host: FunctionService(host, serverless),
+        placer=make_placer(settings.scheduler, settings.federation, metrics.scheduler),
+        functions=lambda host: FunctionService(host, serverless, on_outcome=metrics.functions.observe),
+        metrics=metrics,
     )
 
 

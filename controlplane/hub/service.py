@@ -40,6 +40,7 @@ from controlplane.hub.registry import NodeRegistry, placement_node
 from controlplane.hub.settings import HubSettings, SeenIds
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.hub.workloads import PlacementBook
+from controlplane.observe.hub import HubMetrics
 from controlplane.scheduling.model import Feasibility, WorkloadRequest
 from controlplane.store import queries
 from controlplane.store.identities import IdentityStore
@@ -73,10 +74,13 @@ class Hub:
         bus: HubBus,
         placer: Placer,
         functions: Callable[[Hub], FunctionService],
+        metrics: HubMetrics | None = None,
     ) -> None:
         """The parts come from the composition root (``hub.runner.build_hub``); ``functions``
-        builds the function service, which takes this hub as its ``FunctionHost``."""
+        builds the function service, which takes this hub as its ``FunctionHost``; ``metrics``
+        is the registry the placer and the function service already report to."""
         self.settings = settings
+        self.metrics = metrics or HubMetrics()
         self.store = store
         self.federation = settings.federation
         self.placer = placer
@@ -95,7 +99,13 @@ class Hub:
         self._active: dict[str, tuple[str, int, str]] = {}  # placement id -> (workload, replica, node)
         self.book = PlacementBook(placer, self._active, wake=self.wake)
         self.placing = PlacementRound(
-            store, placer, self.registry, self.book, self._active, bid_deadline_ms=settings.bid_deadline_ms
+            store,
+            placer,
+            self.registry,
+            self.book,
+            self._active,
+            bid_deadline_ms=settings.bid_deadline_ms,
+            metrics=self.metrics,
         )
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -107,6 +117,7 @@ class Hub:
         self._partitions: set[str] = set()  # clusters in a partition (their silent nodes' work held)
         self.started = False
         self.functions = functions(self)
+        self.metrics.watch(self)
 
     # --- start / stop ---------------------------------------------------------------------
 
@@ -349,6 +360,7 @@ class Hub:
             return
         async with self.store.session() as s:
             for live in scan.expired:
+                self.metrics.lease_expiries.labels(live.cluster).inc()
                 silent = now - live.last_seen
                 await self._set_node_status(s, live, "NotReady", f"no heartbeat for {silent:.1f}s")
                 in_partition = live.cluster in partitioned

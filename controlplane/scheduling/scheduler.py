@@ -40,6 +40,7 @@ from controlplane.federation.placement import ClusterAggregate
 from controlplane.scheduling.cycle import CycleRunner
 from controlplane.scheduling.federation_plan import cluster_aggregates
 from controlplane.scheduling.framework import FloatArray, Status
+from controlplane.scheduling.instrument import FrameworkRecorder, instrument, timed_attempt
 from controlplane.scheduling.ledger import Allocation, Ledger
 from controlplane.scheduling.model import (
     Affinity,
@@ -91,6 +92,7 @@ class Scheduler:
         topology: TopologyGraph | None = None,
         explain_top: int = 3,
         preemption_retry_s: float = 30.0,
+        recorder: FrameworkRecorder | None = None,
     ) -> None:
         self.profile = profile if isinstance(profile, Profile) else load_profile(profile)
         self.federation = federation
@@ -110,6 +112,10 @@ class Scheduler:
         self.stats = {"cycles": 0, "scheduled": 0, "unschedulable": 0, "preemptions": 0, "merges": 0}
         # Plugins get the scheduler itself as their Handle (nodes, ledger, topology, power).
         self.plugins = build_plugin_set(self.profile, self)
+        self.recorder = recorder
+        """Who receives attempt, extension-point and plugin timings (the hub's metrics); None: nobody."""
+        if recorder is not None:
+            instrument(self.plugins, recorder, self.profile.name)
         self._cycles = CycleRunner(
             self.nodes,
             self.plugins,
@@ -257,7 +263,12 @@ class Scheduler:
                     if r in wanted
                 ],
             )
-        decision = self._placer.place(request, todo, explain)
+        if self.recorder is None:
+            decision = self._placer.place(request, todo, explain)
+        else:
+            decision = timed_attempt(
+                self.recorder, self.profile.name, lambda: self._placer.place(request, todo, explain)
+            )
         missing = [p.replica for p in decision.placements if not p.placed]
         if missing and enqueue:
             self.queue.push(
@@ -277,9 +288,12 @@ class Scheduler:
             return self._cycles.feasible(request)
         runner = self._filter_runners.get(profile.name)
         if runner is None or runner.profile is not profile:
+            plugins = build_plugin_set(profile, self)
+            if self.recorder is not None:
+                instrument(plugins, self.recorder, profile.name)
             runner = CycleRunner(
                 self.nodes,
-                build_plugin_set(profile, self),
+                plugins,
                 profile,
                 clock=self._clock,
                 rng=random.Random(0),

@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from nats.errors import NoRespondersError
@@ -67,8 +68,10 @@ class Invoker:
         stats: dict[str, FunctionStats],
         counters: Counter[str],
         spawn: Spawn,
+        on_outcome: Callable[[InvocationOutcome], None] | None = None,
     ) -> None:
         self.hub = hub
+        self.on_outcome = on_outcome  # told of every finished invocation (the hub's metrics)
         self.settings = settings
         self.registry = registry
         self.warmth = warmth
@@ -342,3 +345,5 @@ class Invoker:
             ok=outcome.ok,
             timeout=code == "timeout",
         )
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from edgeplane_contract.aio import stop_task
@@ -50,7 +50,13 @@ log = logging.getLogger("edgeplane.hub.functions")
 class FunctionService:
     """Serverless functions for one hub; created and started by the hub."""
 
-    def __init__(self, hub: FunctionHost, settings: ServerlessSettings | None = None) -> None:
+    def __init__(
+        self,
+        hub: FunctionHost,
+        settings: ServerlessSettings | None = None,
+        *,
+        on_outcome: Callable[[InvocationOutcome], None] | None = None,
+    ) -> None:
         self.hub = hub
         self.settings = settings or ServerlessSettings()
         self.estimates = Estimates()
@@ -75,6 +81,7 @@ class FunctionService:
             stats=self.stats,
             counters=self.counters,
             spawn=self._spawn,
+            on_outcome=on_outcome,
         )
         self.records = InvocationRecords(hub, registry=self.registry, invoker=self.invoker, spawn=self._spawn)
         # The collaborators' state, under the names the hub, the API and tests read.

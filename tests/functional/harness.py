@@ -231,6 +231,7 @@ _PASS_THROUGH = {
     "nats_seed",
     "inbox_prefix",
     "nats_tls",
+    "metrics_listen",
 }
 
 

@@ -1,0 +1,200 @@
+"""One hub's metrics: its registry, what the hub counts as it goes (bid rounds, lease expiries), and
+what is read from its live state when Prometheus scrapes (nodes, power, allocation, the NATS bus,
+function instances): that state is the hub's own, never copied into gauges that could drift."""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from edgeplane_contract.messages import FunctionInstance
+
+from controlplane.bus.hub_bus import HubBus
+from controlplane.federation.config import FederationConfig
+from controlplane.hub.nodes import NodeLive
+from controlplane.observe.functions import FunctionMetrics
+from controlplane.observe.scheduler import SchedulerMetrics
+
+__all__ = ["BidMetrics", "HubMetrics", "HubView"]
+
+NODE_STATUSES = ("Ready", "NotReady")  # always exported, 0 when no node has them
+
+
+class PlacementView(Protocol):
+    def allocated(self, node: str) -> dict[str, Any]: ...
+    def capacity(self, node: str) -> dict[str, Any]: ...
+
+
+class InstanceView(Protocol):
+    @property
+    def instances(self) -> Mapping[str, Mapping[str, FunctionInstance]]: ...
+
+
+class HubView(Protocol):
+    """What the scrape reads of a hub (``hub.service.Hub`` is one)."""
+
+    @property
+    def nodes(self) -> dict[str, NodeLive]: ...
+    @property
+    def bus(self) -> HubBus: ...
+    @property
+    def federation(self) -> FederationConfig: ...
+    @property
+    def placer(self) -> PlacementView: ...
+    @property
+    def functions(self) -> InstanceView: ...
+
+
+class BidMetrics:
+    """The bid round (``hub.bidding``): nodes asked, and what came of each question."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.rounds = Counter(
+            "edgeplane_bid_rounds",
+            "Bid rounds run, by what decided the winner",
+            ["decided_by"],
+            registry=registry,
+        )
+        self.asked = Counter("edgeplane_bids_asked", "Nodes asked for a bid", registry=registry)
+        self.answered = Counter("edgeplane_bids_answered", "Bids received in time", registry=registry)
+        self.declined = Counter("edgeplane_bids_declined", "Bids that declined the work", registry=registry)
+        self.timed_out = Counter(
+            "edgeplane_bids_timed_out",
+            "Nodes asked that gave no valid bid within the deadline (the hub's estimate stood in)",
+            registry=registry,
+        )
+
+    def round(self, decided_by: str, *, asked: int, answered: int, declined: int) -> None:
+        self.rounds.labels(decided_by).inc()
+        self.asked.inc(asked)
+        self.answered.inc(answered)
+        self.declined.inc(declined)
+        self.timed_out.inc(asked - answered)
+
+
+class HubMetrics:
+    """A hub's registry and the metric groups its parts feed; :meth:`watch` adds the scrape-time
+    view of the hub itself."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.scheduler = SchedulerMetrics(self.registry)
+        self.functions = FunctionMetrics(self.registry)
+        self.bids = BidMetrics(self.registry)
+        self.lease_expiries = Counter(
+            "edgeplane_lease_expiries",
+            "Nodes that went NotReady because their lease ran out (missed heartbeats)",
+            ["cluster"],
+            registry=self.registry,
+        )
+        self._watched = False
+
+    def watch(self, hub: HubView) -> None:
+        """Read ``hub``'s live state at every scrape (once per registry)."""
+        if not self._watched:
+            self.registry.register(HubCollector(hub))
+            self._watched = True
+
+
+def _gauge(name: str, doc: str, labels: Iterable[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+class HubCollector(Collector):
+    """Nodes as the hub sees them, its NATS connections and the function instances, at scrape time."""
+
+    def __init__(self, hub: HubView) -> None:
+        self.hub = hub
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        yield from self._nodes()
+        yield from self._bus()
+        yield from self._instances()
+
+    def _nodes(self) -> Iterator[GaugeMetricFamily]:
+        hub = self.hub
+        by_status = Tally({status: 0 for status in NODE_STATUSES})
+        per_node = ("node", "cluster")
+        ready = _gauge("edgeplane_node_ready", "1 when the node is Ready", per_node)
+        battery = _gauge("edgeplane_node_on_battery", "1 when the node runs on battery", per_node)
+        level = _gauge("edgeplane_node_battery_percent", "Battery level (nodes that report one)", per_node)
+        w3 = _gauge(
+            "edgeplane_node_energy_weight", "The node's energy weight w3 (rises on battery)", per_node
+        )
+        cpu = _gauge("edgeplane_node_cpu_allocated_cores", "CPU cores held by placements", per_node)
+        cpu_cap = _gauge("edgeplane_node_cpu_capacity_cores", "CPU cores the node offers", per_node)
+        mem = _gauge("edgeplane_node_memory_allocated_bytes", "Memory held by placements", per_node)
+        mem_cap = _gauge("edgeplane_node_memory_capacity_bytes", "Memory the node offers", per_node)
+        gpus = _gauge("edgeplane_node_gpus_allocated", "Whole GPUs held by placements", per_node)
+        gpu_cap = _gauge("edgeplane_node_gpus", "GPUs the node offers", per_node)
+        mig = _gauge("edgeplane_node_mig_slices_allocated", "MIG slices held by placements", per_node)
+        for live in hub.nodes.values():
+            by_status[live.status] += 1
+            labels = [live.name, live.cluster]
+            ready.add_metric(labels, 1.0 if live.status == "Ready" else 0.0)
+            battery.add_metric(labels, 1.0 if live.power_source == "battery" else 0.0)
+            if live.battery_percent is not None:
+                level.add_metric(labels, float(live.battery_percent))
+            weights = live.telemetry.get("weights") or []
+            if len(weights) >= 3:
+                w3.add_metric(labels, float(weights[2]))
+            held = hub.placer.allocated(live.name)
+            offered = hub.placer.capacity(live.name)
+            cpu.add_metric(labels, float(held.get("cpu", 0.0)))
+            mem.add_metric(labels, float(held.get("memory", 0)))
+            gpus.add_metric(labels, float(held.get("gpus", 0)))
+            mig.add_metric(labels, float(len(held.get("mig", []))))
+            cpu_cap.add_metric(labels, float(offered.get("cpu", 0.0)))
+            mem_cap.add_metric(labels, float(offered.get("memory", 0)))
+            gpu_cap.add_metric(labels, float(offered.get("gpus", 0)))
+        nodes = _gauge("edgeplane_nodes", "Nodes known to the hub, by status", ["status"])
+        for status, count in sorted(by_status.items()):
+            nodes.add_metric([status], float(count))
+        yield from (nodes, ready, battery, level, w3, cpu, cpu_cap, mem, mem_cap, gpus, gpu_cap, mig)
+
+    def _bus(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        bus = self.hub.bus
+        clusters = [c.name for c in self.hub.federation.clusters]
+        connected = _gauge("edgeplane_bus_connected", "1 while the hub's NATS connection is up", ["cluster"])
+        reconnects = CounterMetricFamily(
+            "edgeplane_bus_reconnects",
+            "Times the NATS connection came back after a break",
+            labels=["cluster"],
+        )
+        for cluster in clusters:
+            connected.add_metric([cluster], 1.0 if bus.hearing_since(cluster) is not None else 0.0)
+            reconnects.add_metric([cluster], float(bus.reconnects(cluster)))
+        malformed = CounterMetricFamily(
+            "edgeplane_bus_malformed_messages",
+            "Messages that could not be decoded (counted, logged, dropped), by kind",
+            labels=["kind"],
+        )
+        for kind, count in sorted(bus.malformed.items()):
+            malformed.add_metric([kind], float(count))
+        rejected = CounterMetricFamily(
+            "edgeplane_bus_rejected_messages",
+            "Well-formed messages the hub refused (wrong node, not enrolled), by kind",
+            labels=["kind"],
+        )
+        for kind, count in sorted(bus.rejected.items()):
+            rejected.add_metric([kind], float(count))
+        yield from (connected, reconnects, malformed, rejected)
+
+    def _instances(self) -> Iterator[GaugeMetricFamily]:
+        counts: Tally[tuple[str, str]] = Tally()
+        for known in self.hub.functions.instances.values():
+            for instance in known.values():
+                counts[(instance.function, instance.state)] += 1
+        family = _gauge(
+            "edgeplane_function_instances",
+            "Function instances the agents report, by function and state",
+            ["function", "state"],
+        )
+        for (function, state), count in sorted(counts.items()):
+            family.add_metric([function, state], float(count))
+        yield family
