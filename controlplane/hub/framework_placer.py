@@ -109,7 +109,7 @@ class FrameworkPlacer:
                     node=placement.node,
                     cluster=placement.cluster or self.nodes[placement.node].cluster,
                     assignment=self._assignment_json(placement.assignment),
-                    explanation=_replica_explanation(decision.explanation, placement.replica),
+                    explanation=decision.explanation.for_replica(placement.replica),
                 )
             )
         outcome.victims = [(v.workload_id, v.replica) for v in decision.victims]
@@ -161,13 +161,3 @@ class FrameworkPlacer:
         if known is None:
             return {}
         return {"cpu": known.cpu, "memory": known.memory, "gpus": known.gpus, "dpu": known.dpu}
-
-
-def _replica_explanation(explanation: dict[str, Any], replica: int) -> dict[str, Any]:
-    """The part of a decision's explanation about one replica (the whole one if not split)."""
-    per_replica = explanation.get("replicas")
-    if isinstance(per_replica, list):
-        for entry in per_replica:
-            if isinstance(entry, dict) and entry.get("replica") == replica:
-                return {**{k: v for k, v in explanation.items() if k != "replicas"}, **entry}
-    return dict(explanation)
