@@ -14,6 +14,7 @@ from controlplane.hub.placement import Placer, ReplicaChoice
 from controlplane.hub.registry import NodeRegistry
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.hub.workloads import PlacementBook
+from controlplane.scheduling.explanation import BidRound
 from controlplane.store import queries
 from controlplane.store.models import PlacementRow
 from controlplane.store.store import Store
@@ -75,7 +76,7 @@ class PlacementRound:
                         status="Scheduled",
                         command_id=uuid.uuid4().hex,
                         assignment=choice.assignment,
-                        explanation=choice.explanation,
+                        explanation=choice.explanation.to_dict(),
                         scheduled_at=now,
                         updated_at=now,
                     )
@@ -109,7 +110,7 @@ class PlacementRound:
         )
         if result is None:
             return choice
-        bids = {"decided_by": result.decided_by, "winner": result.winner, "candidates": result.table}
+        decided_by = result.decided_by
         if result.winner != choice.node:
             self.placer.release(workload_id, choice.replica)
             pinned = dataclasses.replace(
@@ -123,6 +124,7 @@ class PlacementRound:
                 if not again.choices:
                     raise RuntimeError("replica could not be placed again after a bid round")
                 choice = again.choices[0]
-                bids["decided_by"] = "scheduler (winner no longer fits)"
-        choice.explanation = {**choice.explanation, "bids": bids}
+                decided_by = "scheduler (winner no longer fits)"
+        bids = BidRound(decided_by, result.winner, tuple(result.rows))
+        choice.explanation = dataclasses.replace(choice.explanation, bids=bids)
         return choice

@@ -9,12 +9,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
 from controlplane.scheduling.actions import RESOURCE_FIT, ActionSpace, NodeActions
 from controlplane.scheduling.explain import PluginScores, explain_choice, mask_report
+from controlplane.scheduling.explanation import CycleFailure, ReplicaExplanation
 from controlplane.scheduling.framework import (
     MAX_NODE_SCORE,
     STATE_ACTIONS,
@@ -48,7 +48,7 @@ class Cycle:
     row: int = -1
     assignment: Assignment | None = None
     unresolvable: BoolArray | None = None
-    explanation: dict[str, Any] | None = None
+    explanation: ReplicaExplanation | None = None
 
 
 @dataclass(slots=True)
@@ -208,7 +208,7 @@ class CycleRunner:
             message = filtered.message()
             code = Code.UNSCHEDULABLE if (~unresolvable).any() else _UNRESOLVABLE
             expl = (
-                {"replica": replica, "actions": report, "status": code.name, "reason": message}
+                ReplicaExplanation(replica, report, failure=CycleFailure(code.name, message))
                 if explain
                 else None
             )

@@ -377,7 +377,7 @@ class Scheduler:
                     request, missing, epoch=self._epoch, reason=decision.status.message(), now=self._clock()
                 )
                 decision.queued = True
-            decision.explanation["failover_from"] = sorted(down)
+            decision.explanation = replace(decision.explanation, failover_from=tuple(sorted(down)))
             decisions.append(decision)
         self._grew(freed_rows)
         return decisions
