@@ -113,6 +113,9 @@ class Subjects:
     def invocation_query(self, node: str) -> str:
         return self.node(node, "fn.query")
 
+    def logs(self, node: str) -> str:
+        return self.node(node, "logs")
+
     def hub_hello(self) -> str:
         return f"{self.prefix}.hub.hello"
 
