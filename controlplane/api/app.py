@@ -36,7 +36,19 @@ from controlplane.api.params import (
 )
 from controlplane.api.redact import redact
 from controlplane.api.request import MAX_BODY, check_clusters, json_body
-from controlplane.api.views import cluster_json, event_json, node_json, workload_json
+from controlplane.api.views import (
+    Cluster,
+    ClusterList,
+    Event,
+    EventPage,
+    Health,
+    Node,
+    NodePage,
+    PlacementExplanation,
+    Workload,
+    WorkloadPage,
+    to_json,
+)
 from controlplane.bus.authority import NatsAuthority
 from controlplane.errors import NotFoundError, UnavailableError
 from controlplane.hub.service import Hub
@@ -57,15 +69,15 @@ async def healthz(request: web.Request) -> web.Response:
         db_ok = False
     nats_ok = hub.bus.connected
     ok = db_ok and nats_ok and hub.started
-    body = {
-        "status": "ok" if ok else "degraded",
-        "database": db_ok,
-        "nats": nats_ok,
-        "hub_id": hub.settings.hub_id,
-        "malformed_messages": dict(hub.bus.malformed),
-        "rejected_messages": dict(hub.bus.rejected),
-    }
-    return web.json_response(body, status=200 if ok else 503)
+    health = Health(
+        status="ok" if ok else "degraded",
+        database=db_ok,
+        nats=nats_ok,
+        hub_id=hub.settings.hub_id,
+        malformed_messages=dict(hub.bus.malformed),
+        rejected_messages=dict(hub.bus.rejected),
+    )
+    return web.json_response(to_json(health), status=200 if ok else 503)
 
 
 @routes.get("/openapi.json")
@@ -77,8 +89,8 @@ async def openapi(request: web.Request) -> web.Response:
 async def list_clusters(request: web.Request) -> web.Response:
     hub = request.app[HUB]
     counts = await hub.store.count_nodes_by_cluster()
-    items = [cluster_json(row, counts.get(row.name, {})) for row in await hub.store.list_clusters()]
-    return web.json_response({"items": items, "total": len(items)})
+    items = [Cluster.of(row, counts.get(row.name, {})) for row in await hub.store.list_clusters()]
+    return web.json_response(to_json(ClusterList(items=items, total=len(items))))
 
 
 def _region(hub: Hub, cluster: str) -> str:
@@ -94,8 +106,8 @@ async def list_nodes(request: web.Request) -> web.Response:
     rows, total = await hub.store.list_nodes(
         cluster=CLUSTER.parse(request), status=status, limit=limit, offset=offset
     )
-    items = [node_json(r, region=_region(hub, r.cluster), allocated=hub.allocated(r.name)) for r in rows]
-    return web.json_response({"items": items, "total": total, "limit": limit, "offset": offset})
+    items = [Node.of(r, region=_region(hub, r.cluster), allocated=hub.allocated(r.name)) for r in rows]
+    return web.json_response(to_json(NodePage(items=items, total=total, limit=limit, offset=offset)))
 
 
 @routes.get("/v1/nodes/{name}")
@@ -105,7 +117,8 @@ async def get_node(request: web.Request) -> web.Response:
     row = await hub.store.get_node(name)
     if row is None:
         raise NotFoundError(f"node {name!r} not found", field="name")
-    return web.json_response(node_json(row, region=_region(hub, row.cluster), allocated=hub.allocated(name)))
+    node = Node.of(row, region=_region(hub, row.cluster), allocated=hub.allocated(name))
+    return web.json_response(to_json(node))
 
 
 @routes.get("/v1/nodes/{name}/decisions")
@@ -135,7 +148,7 @@ async def create_workload(request: web.Request) -> web.Response:
     found = await hub.store.get_workload(workload_id)
     assert found is not None
     return web.json_response(
-        redact(workload_json(*found), principal_of(request)), status=201 if created else 200
+        redact(to_json(Workload.of(*found)), principal_of(request)), status=201 if created else 200
     )
 
 
@@ -152,16 +165,16 @@ async def list_workloads(request: web.Request) -> web.Response:
         offset=offset,
     )
     placements = await hub.store.placements_for([r.id for r in rows])
-    who = principal_of(request)
-    items = [redact(workload_json(r, placements.get(r.id, [])), who) for r in rows]
-    return web.json_response({"items": items, "total": total, "limit": limit, "offset": offset})
+    items = [Workload.of(r, placements.get(r.id, [])) for r in rows]
+    body = to_json(WorkloadPage(items=items, total=total, limit=limit, offset=offset))
+    return web.json_response(redact(body, principal_of(request)))
 
 
 async def _workload_or_404(request: web.Request, workload_id: str) -> web.Response:
     found = await request.app[HUB].store.get_workload(workload_id)
     if found is None:
         raise NotFoundError(f"workload {workload_id!r} not found", field="id")
-    return web.json_response(redact(workload_json(*found), principal_of(request)))
+    return web.json_response(redact(to_json(Workload.of(*found)), principal_of(request)))
 
 
 @routes.get("/v1/workloads/{id}")
@@ -176,26 +189,7 @@ async def get_placement(request: web.Request) -> web.Response:
     found = await hub.store.get_workload(workload_id)
     if found is None:
         raise NotFoundError(f"workload {workload_id!r} not found", field="id")
-    workload, placements = found
-    return web.json_response(
-        {
-            "workload_id": workload.id,
-            "status": workload.status,
-            "message": workload.message,
-            "decisions": [
-                {
-                    "placement_id": p.id,
-                    "replica": p.replica,
-                    "attempt": p.attempt,
-                    "node": p.node,
-                    "cluster": p.cluster,
-                    "assignment": p.assignment,
-                    "explanation": p.explanation,
-                }
-                for p in placements
-            ],
-        }
-    )
+    return web.json_response(to_json(PlacementExplanation.of(*found)))
 
 
 @routes.delete("/v1/workloads/{id}")
@@ -205,7 +199,7 @@ async def delete_workload(request: web.Request) -> web.Response:
     await hub.cancel_workload(workload_id)
     found = await hub.store.get_workload(workload_id)
     assert found is not None
-    return web.json_response(redact(workload_json(*found), principal_of(request)), status=202)
+    return web.json_response(redact(to_json(Workload.of(*found)), principal_of(request)), status=202)
 
 
 @routes.get("/v1/events")
@@ -217,10 +211,9 @@ async def list_events(request: web.Request) -> web.Response:
     rows = await hub.store.list_events(
         after_id=after, kind=KIND.parse(request), object_id=OBJECT_ID.parse(request), limit=limit
     )
-    items = [event_json(r) for r in rows]
-    return web.json_response(
-        {"items": items, "next_after": items[-1]["id"] if items else after, "limit": limit}
-    )
+    items = [Event.of(r) for r in rows]
+    page = EventPage(items=items, next_after=items[-1].id if items else after, limit=limit)
+    return web.json_response(to_json(page))
 
 
 def create_app(

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Coroutine
 from typing import Any
@@ -173,39 +172,3 @@ class FunctionService:
     ) -> tuple[InvocationOutcome | None, InvocationRow]:
         """A synchronous invocation under an Idempotency-Key (see :meth:`InvocationRecords.invoke_once`)."""
         return await self.records.invoke_once(name, event, version=version, idempotency_key=idempotency_key)
-
-    # --- views for the API ----------------------------------------------------------------
-
-    def function_json(self, name: str) -> dict[str, Any]:
-        spec = self.resolve(name)
-        now = time.time()
-        instances = [
-            {
-                "node": node,
-                "instance_id": i.instance_id,
-                "version": i.version,
-                "state": i.state,
-                "in_flight": i.in_flight,
-                "age_s": round(now - i.started_at, 3) if i.started_at else None,
-                "idle_s": round(now - i.last_used_at, 3) if i.state == "idle" and i.last_used_at else None,
-                "keep_alive_s": i.keep_alive_s,
-                "cold_start_ms": round(i.cold_start_ms, 3),
-            }
-            for node, known in sorted(self.instances.items())
-            for i in known.values()
-            if i.function == name
-        ]
-        window = self.policy.keepalive.release_window(name, asyncio.get_running_loop().time())
-        return {
-            "name": name,
-            "version": spec.version,
-            "versions": sorted(self.specs[name]),
-            "spec": spec.to_dict(),
-            "instances": instances,
-            "stats": self.stats.get(name, FunctionStats()).to_dict(),
-            "policy": {
-                "name": self.policy.name,
-                "keep_alive_s": window.keep_alive_s,
-                "prewarm_after_s": window.prewarm_s,
-            },
-        }
