@@ -20,6 +20,7 @@ from controlplane.api.auth import (
 from controlplane.api.errors import error_middleware
 from controlplane.api.functions import routes as function_routes
 from controlplane.api.keys import HUB
+from controlplane.api.logs import routes as log_routes
 from controlplane.api.openapi import openapi_document
 from controlplane.api.params import (
     AFTER,
@@ -230,5 +231,6 @@ def create_app(
     app[RATE_LIMITER] = RateLimiter(rate_per_s=auth.rate_per_s, burst=auth.burst)
     app.add_routes(routes)
     app.add_routes(function_routes)
+    app.add_routes(log_routes)
     enrol.setup(app, nats_authority)
     return app

@@ -10,7 +10,7 @@ import copy
 from typing import Any, Protocol
 
 from controlplane import __version__
-from controlplane.api import enrol, params, views
+from controlplane.api import enrol, logs, params, views
 from controlplane.api.auth import required_scope
 from controlplane.api.errors import ERROR_SCHEMA
 from controlplane.hub.spec import (
@@ -56,6 +56,19 @@ _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 
 # Links let a client (and a stateful fuzzer) follow what a POST created.
+_LOG_RESPONSES = {
+    "200": {
+        "description": "The log as UTF-8 text (bytes that are not UTF-8 read as U+FFFD)",
+        "headers": {
+            name: {"description": text, "schema": {"type": "string"}}
+            for name, text in logs.LOG_HEADERS.items()
+        },
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+    },
+    "404": _ERROR,
+    "422": _ERROR,
+    "503": _json(_ref("Error"), "The node that keeps the log did not answer"),
+}
 _WORKLOAD_LINKS = {
     name: {"operationId": op, "parameters": {"id": "$response.body#/id"}}
     for name, op in (("get", "getWorkload"), ("placement", "getPlacement"), ("cancel", "cancelWorkload"))
@@ -193,6 +206,30 @@ _PATHS: dict[str, Any] = {
             "summary": "Why each replica went where it went (chosen action, alternatives, scores)",
             "parameters": [_ID],
             "responses": {"200": _json(_model(views.PlacementExplanation)), "404": _ERROR},
+        }
+    },
+    "/v1/workloads/{id}/logs": {
+        "get": {
+            "operationId": "getWorkloadLogs",
+            "summary": "A replica's output, from the node that keeps it (tail=N lines; follow=1 streams "
+            "until the replica ends)",
+            "parameters": [
+                _ID,
+                *_params(logs.REPLICA, logs.TAIL, logs.FOLLOW, logs.LIMIT_BYTES),
+            ],
+            "responses": _LOG_RESPONSES,
+        }
+    },
+    "/v1/functions/{name}/instances/{instance}/logs": {
+        "get": {
+            "operationId": "getFunctionInstanceLogs",
+            "summary": "A running function instance's stderr (what the handler printed), from its node",
+            "parameters": [
+                _NAME,
+                {"name": "instance", "in": "path", "required": True, "schema": {"type": "string"}},
+                *_params(logs.TAIL, logs.FOLLOW, logs.LIMIT_BYTES),
+            ],
+            "responses": _LOG_RESPONSES,
         }
     },
     "/v1/functions": {
