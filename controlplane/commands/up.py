@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from controlplane.client.config import write_client_config
 from controlplane.commands.common import (
     NatsSetup,
     add_hub_arguments,
@@ -142,6 +143,14 @@ def agent_share(agents: int) -> tuple[str, str]:
     return f"{cpu:g}", str(memory)
 
 
+def _client_url(api_url: str) -> str:
+    """The URL the client config names: a wildcard bind address is reached on loopback."""
+    for wildcard in ("0.0.0.0", "[::]", "::"):
+        if f"://{wildcard}:" in api_url:
+            return api_url.replace(f"://{wildcard}:", "://127.0.0.1:")
+    return api_url
+
+
 def _agent_command(
     args: argparse.Namespace, nats_url: str, cluster: str, name: str, data_dir: Path
 ) -> list[str]:
@@ -207,6 +216,7 @@ async def _up(
         if nats.authority is not None:  # nodes enrolled at an earlier start connect again
             await nats.authority.apply(running.hub.identities.node_credentials)
         token_file, token_created = await ensure_admin_token(running.hub.store, data_dir)
+        client_config = write_client_config(data_dir, _client_url(running.url), token_file, args.tls_cert)
         clusters = federation.clusters
         for index in range(args.agents):
             cluster = clusters[index % len(clusters)]
@@ -225,6 +235,7 @@ async def _up(
             f"store {mask_url(database_url(args))}  agents {args.agents}\n"
             f"  {made} {token_file} (keep it secret; `controlplane token create` makes narrower ones)\n"
             f'  try: curl -H "Authorization: Bearer $(cat {token_file})" {running.url}/v1/nodes\n'
+            f"  client config in {client_config}: try `controlplane get nodes`\n"
             f"  Ctrl-C stops everything.",
             flush=True,
         )
