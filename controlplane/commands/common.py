@@ -145,6 +145,9 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         help="API requests per second per token, with bursts of 4x (default 50; 0 disables)",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    from controlplane.extender.settings import add_extender_arguments
+
+    add_extender_arguments(parser)
 
 
 def setup_logging(level: str) -> None:

@@ -38,6 +38,7 @@ from controlplane.commands.common import (
 
 if TYPE_CHECKING:
     from controlplane.api.auth import AuthSettings
+    from controlplane.extender.settings import ExtenderSettings
     from controlplane.store.identities import IdentityStore
 
 __all__ = ["configure", "run"]
@@ -59,6 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from controlplane.errors import ConfigError
+    from controlplane.extender.settings import extender_settings
 
     setup_logging(args.log_level)
     if not 0 <= args.agents <= 64:
@@ -69,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         check_function_policy(args)
         auth = api_auth(args)
         ssl_context = api_ssl_context(args)
+        extender = extender_settings(args)
         data_dir = Path(args.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         _check_agent_options(args)
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from controlplane.errors import StartupError
 
     try:
-        return asyncio.run(_up(args, federation, auth, ssl_context, nats))
+        return asyncio.run(_up(args, federation, auth, ssl_context, nats, extender))
     except (NatsUnavailableError, StartupError) as exc:  # NATS, the store or the port: one line
         print(f"controlplane up: {exc}", file=sys.stderr)
         return 1
@@ -190,6 +193,7 @@ async def _up(
     auth: AuthSettings,
     ssl_context: ssl.SSLContext | None,
     nats: NatsSetup,
+    extender: ExtenderSettings | None,
 ) -> int:
     from controlplane.commands.supervise import LocalAgent, supervise
     from controlplane.federation.config import FederationConfig
@@ -212,6 +216,7 @@ async def _up(
             auth=auth,
             ssl_context=ssl_context,
             nats_authority=nats.authority,
+            extender=extender,
         )
         if nats.authority is not None:  # nodes enrolled at an earlier start connect again
             await nats.authority.apply(running.hub.identities.node_credentials)
@@ -239,6 +244,8 @@ async def _up(
             f"  Ctrl-C stops everything.",
             flush=True,
         )
+        if running.extender is not None:
+            print(f"  Kubernetes scheduler extender {running.extender.url} (filter, prioritize)", flush=True)
         stop = asyncio.Event()
         stop_on_signal(stop)
         # Crashed agents are restarted with backoff; one that cannot start stops everything.

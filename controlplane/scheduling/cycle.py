@@ -158,6 +158,36 @@ class CycleRunner:
         names = tuple(self.nodes.states[int(r)].name for r in rows)
         return Feasibility(names, "" if names else filtered.message())
 
+    def filter_only(self, request: WorkloadRequest) -> tuple[CycleState, Status, Filtered | None]:
+        """PreFilter and Filter for one replica over every node, with no effect on the runner
+        (nothing scored, reserved or counted): the cycle state, PreFilter's status and the
+        Filter record (None when a PreFilter plugin failed). The Kubernetes extender reads it."""
+        state = CycleState()
+        state.write(STATE_NOW, self.clock())
+        state.write(STATE_REPLICA, 0)
+        for pre in self.plugins.pre_filters:
+            status = pre.pre_filter(state, request, self.nodes)
+            if not status.ok:
+                return state, replace(status, plugin=status.plugin or pre.name), None
+        return state, Status.success(), self.filter(state, request, None)
+
+    def score_only(
+        self, state: CycleState, request: WorkloadRequest, filtered: Filtered, rows: np.ndarray
+    ) -> FloatArray:
+        """The Score phase's weighted totals for ``rows`` (all passed ``filtered``), without
+        sampling or selection (the sampling start and the tie-break stream are untouched); a
+        candidate a plugin excluded from selection totals -inf, as it ranks in :meth:`run`."""
+        cand = self.space.candidates(self.nodes, request.resources, filtered.actions, rows)
+        total = np.zeros(len(cand))
+        for plugin, weight, normalizer in self.plugins.scorers:
+            raw = plugin.score(state, request, cand)
+            norm = clip(raw, 0.0, MAX_NODE_SCORE) if normalizer is None else normalizer.normalize(state, raw)
+            total += weight * norm
+        excluded = state.get(STATE_EXCLUDED)
+        if excluded is not None and excluded.any() and not excluded.all():
+            total = np.where(excluded, -np.inf, total)
+        return total
+
     def sample(self, feasible: np.ndarray, n: int) -> np.ndarray:
         """kube-scheduler's percentageOfNodesToScore with a rotating start index."""
         pct = self.profile.percentage_of_nodes_to_score
