@@ -144,18 +144,11 @@ class CycleRunner:
         return Filtered(actions, rejections, rejected, unresolvable, first)
 
     def feasible(self, request: WorkloadRequest) -> Feasibility:
-        """The nodes where one replica of ``request`` fits now (PreFilter and Filter only: nothing
-        scored, reserved or counted; the sampling start and the tie-break stream are untouched)."""
-        state = CycleState()
-        state.write(STATE_NOW, self.clock())
-        state.write(STATE_REPLICA, 0)
-        for pre in self.plugins.pre_filters:
-            status = pre.pre_filter(state, request, self.nodes)
-            if not status.ok:
-                return Feasibility((), status.message())
-        filtered = self.filter(state, request, None)
-        rows = np.flatnonzero(~filtered.rejected)
-        names = tuple(self.nodes.states[int(r)].name for r in rows)
+        """The nodes where one replica of ``request`` fits now (see :meth:`filter_only`)."""
+        _, status, filtered = self.filter_only(request)
+        if filtered is None:
+            return Feasibility((), status.message())
+        names = tuple(self.nodes.states[int(r)].name for r in np.flatnonzero(~filtered.rejected))
         return Feasibility(names, "" if names else filtered.message())
 
     def filter_only(self, request: WorkloadRequest) -> tuple[CycleState, Status, Filtered | None]:
