@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "apply": ("controlplane.commands.apply", "create workloads and register functions from YAML/JSON files"),
     "delete": ("controlplane.commands.delete", "delete a workload or a function"),
     "invoke": ("controlplane.commands.invoke", "invoke a function and print its result"),
+    "logs": ("controlplane.commands.logs", "print (or follow) a workload replica's output"),
     "top": ("controlplane.commands.top", "nodes' allocated CPU, memory and GPUs, power and battery"),
     "simulate-functions": ("controlplane.serverless.sim_cli", "compare function keep-alive policies"),
     "simulate": ("controlplane.sim.cli", "compare schedulers side by side in the discrete-event simulator"),

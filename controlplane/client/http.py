@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +105,30 @@ class HubClient:
             ) from None
         self._log(method, url, reply.status, started)
         return reply
+
+    def stream(self, path: str, query: dict[str, Any], *, timeout_s: float | None) -> Iterator[bytes]:
+        """A GET's body as it arrives (logs); ``timeout_s`` None waits as long as the hub streams."""
+        url = self.config.url + urllib.parse.quote(path)
+        params = {k: v for k, v in query.items() if v is not None}
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        headers = {"Authorization": f"Bearer {self.config.token}"}
+        request = urllib.request.Request(url, headers=headers, method="GET")
+        started = time.monotonic()
+        try:
+            response = self._opener.open(request, timeout=timeout_s)
+        except urllib.error.HTTPError as exc:
+            self._log("GET", url, exc.code, started)
+            raise _api_error(exc.code, exc.read()) from None
+        except (urllib.error.URLError, OSError) as exc:
+            self._log("GET", url, None, started)
+            raise HubUnreachableError(
+                f"cannot reach the hub at {self.config.url}: {_reason(exc, timeout_s or 0)}"
+            ) from None
+        self._log("GET", url, response.status, started)
+        with response:
+            while chunk := response.read1(65536):
+                yield chunk
 
     def _log(self, method: str, url: str, status: int | None, started: float) -> None:
         if self.verbose:  # never the headers: they hold the token

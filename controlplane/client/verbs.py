@@ -16,10 +16,22 @@ from controlplane.client.http import ApiError, ClientError, HubClient
 from controlplane.client.render import dump, table
 from controlplane.client.tables import RESOURCES, TOP_NODES, TableSpec
 
-__all__ = ["INVOKE_TIMEOUT_S", "apply", "delete", "describe", "get", "invoke", "top"]
+__all__ = [
+    "INVOKE_TIMEOUT_S",
+    "LOGS_TIMEOUT_S",
+    "apply",
+    "delete",
+    "describe",
+    "get",
+    "invoke",
+    "logs",
+    "top",
+]
 
 # A synchronous invocation waits for the function (cold start and its own timeout_s).
 INVOKE_TIMEOUT_S = 120.0
+# A log of up to limit_bytes comes in chunks the hub fetches from the node one by one.
+LOGS_TIMEOUT_S = 60.0
 _EVENTS_PAGE = 1000
 _EVENTS_MAX_PAGES = 100  # the newest N of at most 100k events
 
@@ -163,4 +175,18 @@ def _invocation_error(exc: ApiError, *, verbose: bool) -> ClientError:
 def top(client: HubClient, args: argparse.Namespace) -> int:
     items = client.get("/v1/nodes", {"limit": args.limit})["items"]
     _print_items(items, TOP_NODES, args.output)
+    return 0
+
+
+def logs(client: HubClient, args: argparse.Namespace) -> int:
+    """A workload replica's output as it is (``-f``: until the replica ends, or Ctrl-C)."""
+    query = {"replica": args.replica, "tail": args.tail, "follow": "1" if args.follow else None}
+    timeout = None if args.follow else (args.timeout or LOGS_TIMEOUT_S)
+    out = sys.stdout.buffer
+    try:
+        for chunk in client.stream(f"/v1/workloads/{args.workload}/logs", query, timeout_s=timeout):
+            out.write(chunk)
+            out.flush()
+    except KeyboardInterrupt:
+        return 130
     return 0
