@@ -261,6 +261,7 @@ class Agent:
         await nc.subscribe(self.subjects.prewarm(name), cb=self.invocations.on_prewarm)
         await nc.subscribe(self.subjects.invocation_query(name), cb=self.invocations.on_invocation_query)
         await nc.subscribe(self.subjects.logs(name), cb=self.logs.on_request)
+        await nc.subscribe(self.subjects.retire(name), cb=self.invocations.on_retire)
         await nc.subscribe(self.subjects.bid(name), cb=self.bids.on_bid)
         await nc.subscribe(self.subjects.node(name, "decisions"), cb=self.bids.on_decisions)
         await nc.flush(timeout=5)

@@ -36,6 +36,7 @@ from controlplane.serverless.keepalive import Policy
 from controlplane.serverless.outcome import InvocationOutcome
 from controlplane.serverless.records import InvocationRecords
 from controlplane.serverless.registry import FunctionRegistry
+from controlplane.serverless.retire import Retirements
 from controlplane.serverless.settings import ServerlessSettings
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.serverless.warmth import Warmth
@@ -76,6 +77,7 @@ class FunctionService:
             spawn=self._spawn,
         )
         self.records = InvocationRecords(hub, registry=self.registry, invoker=self.invoker, spawn=self._spawn)
+        self.retirements = Retirements(hub, self.registry, self._spawn)
         # The collaborators' state, under the names the hub, the API and tests read.
         self.specs = self.registry.specs
         self.instances = self.warmth.instances
@@ -118,6 +120,7 @@ class FunctionService:
 
     def update_instances(self, node: str, instances: list[FunctionInstance]) -> None:
         self.warmth.update_instances(node, instances)
+        self.retirements.heard(node, instances)
 
     def node_lost(self, node: str) -> None:
         self.warmth.node_lost(node)
@@ -135,6 +138,7 @@ class FunctionService:
         await self.registry.delete(name)
         self.stats.pop(name, None)
         self.warmth.cancel_prewarm(name)
+        self.retirements.deleted(name, self.warmth.instances)
 
     @staticmethod
     def code_of(spec: FunctionSpec) -> FunctionCode:

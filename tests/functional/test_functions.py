@@ -466,3 +466,36 @@ async def test_a_retry_of_an_invocation_that_never_started_runs_it(nats_server, 
             status, body = await api.call("POST", "/v1/functions/huge/invoke", 1)
             assert status == 503 and body["error"]["code"] == "no_capacity"
             assert "0/1 nodes are available: 1 node has too little memory" in body["error"]["message"]
+
+
+async def test_deleting_a_function_stops_its_warm_instances_on_the_nodes(nats_server, sqlite_url, tmp_path):
+    """Warm workers of a deleted function go at once, not when their keep-alive runs out."""
+    async with (
+        running_hub(nats_server.url, sqlite_url, function_policy="fixed-10m") as (hub, api),
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS) as agents,
+    ):
+        await _register(api, ECHO)
+        status, _, _ = await _invoke(api, "echo", 1)
+        assert status == 200
+        pool = agents[0].agent.functions
+        assert [i.code.name for i in pool.instances.values()] == ["echo"]
+        pids = [i.process.pid for i in pool.instances.values()]
+        status, _ = await api.call("DELETE", "/v1/functions/echo")
+        assert status in (200, 202)
+        await wait_for(lambda: _async(len(pool.instances)), lambda n: n == 0, timeout=10)
+        for pid in pids:
+            await wait_for(lambda pid=pid: _async(_alive(pid)), lambda alive: not alive, timeout=10)
+        # The hub forgets them at the next heartbeat.
+        await wait_for(lambda: _async(hub.hub.functions.instances.get("f1", {})), lambda known: not known)
+
+
+async def _async(value):
+    return value
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except OSError:
+        return False
