@@ -125,6 +125,8 @@ async def get_invocation(request: web.Request) -> web.Response:
     invocation_id = request.match_info["id"]
     async with hub.store.session() as s:
         row = await s.get(InvocationRow, invocation_id)
+    if row is None:  # a synchronous one still on its way to the store
+        row = hub.functions.history.pending(invocation_id)
     if row is None:
         raise NotFoundError(f"invocation {invocation_id!r} not found", field="id")
     body = to_json(Invocation.of(row))

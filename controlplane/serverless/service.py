@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Coroutine
 from typing import Any
@@ -31,6 +32,7 @@ from edgeplane_contract.messages import FunctionCode, FunctionInstance, PrewarmA
 
 from controlplane.hub.nodes import FunctionHost
 from controlplane.serverless.estimates import Estimates, FunctionStats
+from controlplane.serverless.history import InvocationHistory
 from controlplane.serverless.invoke import Invoker
 from controlplane.serverless.keepalive import Policy
 from controlplane.serverless.outcome import InvocationOutcome
@@ -78,6 +80,9 @@ class FunctionService:
         )
         self.records = InvocationRecords(hub, registry=self.registry, invoker=self.invoker, spawn=self._spawn)
         self.retirements = Retirements(hub, self.registry, self._spawn)
+        self.history = InvocationHistory(
+            hub.store, self.counters, retention_s=self.settings.invocation_retention_s
+        )
         # The collaborators' state, under the names the hub, the API and tests read.
         self.specs = self.registry.specs
         self.instances = self.warmth.instances
@@ -95,6 +100,7 @@ class FunctionService:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._spawn(self.history.loop())
         async with self.hub.store.session() as s:
             await self.registry.load(s)
             in_flight, functions = await self.records.resume(s)
@@ -109,6 +115,7 @@ class FunctionService:
         self.warmth.stop()
         for task in list(self._tasks):
             await stop_task(task)
+        await self.history.flush()
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)
@@ -150,10 +157,12 @@ class FunctionService:
 
     # --- invocation -----------------------------------------------------------------------
 
-    async def invoke(
-        self, name: str, event: Any, *, version: int | None = None, invocation_id: str | None = None
-    ) -> InvocationOutcome:
-        return await self.invoker.invoke(name, event, version=version, invocation_id=invocation_id)
+    async def invoke(self, name: str, event: Any, *, version: int | None = None) -> InvocationOutcome:
+        """A synchronous invocation; its record is kept (``history``) for ``/v1/invocations/{id}``."""
+        started_at = time.time()
+        outcome = await self.invoker.invoke(name, event, version=version)
+        self.history.add(outcome, started_at)
+        return outcome
 
     def _apply_result(
         self, outcome: InvocationOutcome, data: bytes, sent: float, spec: FunctionSpec, node: str

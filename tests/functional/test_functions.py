@@ -57,6 +57,13 @@ async def test_the_first_call_is_cold_the_second_warm_and_the_result_is_the_hand
         assert headers["X-Edgeplane-Cold-Start"] == "false"
         assert float(headers["X-Edgeplane-Cold-Start-Ms"]) == 0
         assert float(headers["X-Edgeplane-Total-Ms"]) >= float(headers["X-Edgeplane-Exec-Ms"])
+        # The id a synchronous answer names can be looked up, at once and after it is written.
+        invocation = headers["X-Edgeplane-Invocation-Id"]
+        for _ in range(2):
+            record = await api.get(f"/v1/invocations/{invocation}")
+            assert record["status"] == "Succeeded" and record["result"] == {"again": True}
+            assert record["node"] == "f1" and record["cold_start"] is False
+            await asyncio.sleep(1.0)  # past the write-behind flush
         function = await api.get("/v1/functions/echo")
         assert function["stats"]["invocations"] == 2 and function["stats"]["cold_starts"] == 1
         assert function["stats"]["cold_start_rate"] == 0.5
