@@ -225,6 +225,7 @@ async def _up(
             f"store {mask_url(database_url(args))}  agents {args.agents}\n"
             f"  {made} {token_file} (keep it secret; `controlplane token create` makes narrower ones)\n"
             f'  try: curl -H "Authorization: Bearer $(cat {token_file})" {running.url}/v1/nodes\n'
+            f"  console: {running.url}/console (paste the token)\n"
             f"  Ctrl-C stops everything.",
             flush=True,
         )
