@@ -6,7 +6,7 @@ import json
 
 from aiohttp import web
 
-from controlplane.api import enrol
+from controlplane.api import console, enrol
 from controlplane.api.auth import (
     AUTH_SETTINGS,
     IDENTITIES,
@@ -232,5 +232,6 @@ def create_app(
     app.add_routes(routes)
     app.add_routes(function_routes)
     app.add_routes(log_routes)
+    app.add_routes(console.routes)  # the web console: public static files
     enrol.setup(app, nats_authority)
     return app

@@ -10,7 +10,7 @@ import copy
 from typing import Any, Protocol
 
 from controlplane import __version__
-from controlplane.api import enrol, logs, params, views
+from controlplane.api import console, enrol, logs, params, views
 from controlplane.api.auth import required_scope
 from controlplane.api.errors import ERROR_SCHEMA
 from controlplane.hub.spec import (
@@ -332,10 +332,13 @@ _PATHS: dict[str, Any] = {
             "responses": {"200": _json(_model(views.EventPage)), "422": _ERROR},
         }
     },
+    **console.OPENAPI_PATHS,
 }
 
 # Routes anyone may call (liveness probes); every other operation needs a bearer token.
-PUBLIC_OPERATIONS = frozenset({("get", "/healthz"), ("post", "/v1/join")})
+PUBLIC_OPERATIONS = frozenset({("get", "/healthz"), ("post", "/v1/join")}) | {
+    (method.lower(), path) for method, path in console.PUBLIC_ROUTES if method != "HEAD"
+}
 _SCOPE_TEXT = "Requires a bearer token with scope `{scope}` (`admin` implies every scope)."
 _AUTH_RESPONSES = {
     "401": {

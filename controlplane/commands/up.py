@@ -241,6 +241,7 @@ async def _up(
             f"  {made} {token_file} (keep it secret; `controlplane token create` makes narrower ones)\n"
             f'  try: curl -H "Authorization: Bearer $(cat {token_file})" {running.url}/v1/nodes\n'
             f"  client config in {client_config}: try `controlplane get nodes`\n"
+            f"  console: {running.url}/console (paste the token)\n"
             f"  Ctrl-C stops everything.",
             flush=True,
         )

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from typing import Protocol
 
 from sqlalchemy import delete
 
@@ -21,15 +22,22 @@ from controlplane.serverless.outcome import InvocationOutcome
 from controlplane.store.models import InvocationRow
 from controlplane.store.store import Store
 
-__all__ = ["InvocationHistory"]
+__all__ = ["InvocationHistory", "StoreHolder"]
 
 log = logging.getLogger("edgeplane.hub.functions")
+
+
+class StoreHolder(Protocol):
+    """The hub, as far as the history needs it (read when used: the hub opens its store late)."""
+
+    @property
+    def store(self) -> Store: ...
 
 
 class InvocationHistory:
     def __init__(
         self,
-        store: Store,
+        hub: StoreHolder,
         counters: Counter[str],
         *,
         flush_s: float = 0.5,
@@ -37,7 +45,7 @@ class InvocationHistory:
         max_pending: int = 10_000,
         expire_every_s: float = 60.0,
     ) -> None:
-        self.store = store
+        self.hub = hub
         self.counters = counters
         self.flush_s = flush_s
         self.retention_s = retention_s
@@ -77,7 +85,7 @@ class InvocationHistory:
             return
         rows, self._pending = list(self._pending.values()), {}
         try:
-            async with self.store.session() as s:
+            async with self.hub.store.session() as s:
                 s.add_all(rows)
         except Exception as exc:  # the store is away: keep them for the next flush (bounded by add)
             log.warning("%d invocation record(s) not written yet: %s", len(rows), exc)
@@ -86,7 +94,7 @@ class InvocationHistory:
     async def expire(self, now: float | None = None) -> int:
         """Delete finished invocations older than the retention; how many went."""
         cutoff = (time.time() if now is None else now) - self.retention_s
-        async with self.store.session() as s:
+        async with self.hub.store.session() as s:
             result = await s.execute(
                 delete(InvocationRow).where(
                     InvocationRow.finished_at.is_not(None), InvocationRow.finished_at < cutoff

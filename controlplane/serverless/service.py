@@ -80,9 +80,7 @@ class FunctionService:
         )
         self.records = InvocationRecords(hub, registry=self.registry, invoker=self.invoker, spawn=self._spawn)
         self.retirements = Retirements(hub, self.registry, self._spawn)
-        self.history = InvocationHistory(
-            hub.store, self.counters, retention_s=self.settings.invocation_retention_s
-        )
+        self.history = InvocationHistory(hub, self.counters, retention_s=self.settings.invocation_retention_s)
         # The collaborators' state, under the names the hub, the API and tests read.
         self.specs = self.registry.specs
         self.instances = self.warmth.instances

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 from controlplane.serverless.history import InvocationHistory
 from controlplane.serverless.outcome import InvocationOutcome
@@ -23,7 +24,7 @@ async def test_records_are_found_before_and_after_the_flush_and_expire(tmp_path:
     store = await Store.open(sqlite_url(tmp_path / "s.sqlite3"))
     try:
         counters: Counter[str] = Counter()
-        history = InvocationHistory(store, counters, retention_s=3600, max_pending=2)
+        history = InvocationHistory(SimpleNamespace(store=store), counters, retention_s=3600, max_pending=2)
         history.add(_outcome("a"), time.time())
         history.add(_outcome("b", ok=False), time.time())
         history.add(_outcome("c"), time.time())  # over max_pending: the oldest goes, counted
