@@ -16,7 +16,7 @@ from controlplane.hub.spec import WorkloadSpec
 from controlplane.hub.workloads import PlacementBook
 from controlplane.scheduling.explanation import BidRound
 from controlplane.store import queries
-from controlplane.store.models import PlacementRow
+from controlplane.store.models import PlacementRow, WorkloadRow
 from controlplane.store.store import Store
 
 __all__ = ["PlacementRound"]
@@ -43,65 +43,75 @@ class PlacementRound:
         self.bid_deadline_ms = bid_deadline_ms
 
     async def place_pending(self) -> None:
-        """Place the missing replicas of pending workloads (up to 200 a round)."""
+        """Place the missing replicas of pending workloads (up to 200 a round), one transaction per
+        workload: the bid round waits on the network between the read and the write, never
+        inside a write transaction (SQLite's one writer lock would stall every other writer:
+        invocation records, reports, the API)."""
         async with self.store.session() as s:
-            pending = await queries.pending_workloads(s, limit=200)
-            for workload in pending:
-                placements = await queries.placements_of(s, workload.id)
-                latest = {p.replica: p for p in sorted(placements, key=lambda p: p.attempt)}
-                missing = missing_replicas(workload.replicas, placements)
-                if not missing:
-                    await self.book.refresh_workload(s, workload.id)
-                    continue
-                spec = WorkloadSpec.from_stored(workload.spec)
-                outcome = self.placer.place(workload.id, spec, missing)
-                if self.bid_deadline_ms > 0 and outcome.choices:
-                    # One deadline for all replicas of the workload, not one each: the rounds wait on
-                    # the network together; each move after its round is synchronous (no interleaving).
-                    outcome.choices = list(
-                        await asyncio.gather(
-                            *(self._with_bids(workload.id, spec, c) for c in outcome.choices)
-                        )
-                    )
-                now = time.time()
-                for choice in outcome.choices:
-                    attempt = latest[choice.replica].attempt + 1 if choice.replica in latest else 1
-                    placement = PlacementRow(
-                        id=uuid.uuid4().hex,
-                        workload_id=workload.id,
-                        replica=choice.replica,
-                        attempt=attempt,
-                        node=choice.node,
-                        cluster=choice.cluster,
-                        status="Scheduled",
-                        command_id=uuid.uuid4().hex,
-                        assignment=choice.assignment,
-                        explanation=choice.explanation.to_dict(),
-                        scheduled_at=now,
-                        updated_at=now,
-                    )
-                    s.add(placement)
-                    self._active[placement.id] = (workload.id, choice.replica, choice.node)
-                    Store.add_event(
-                        s,
-                        "PlacementScheduled",
-                        "workload",
-                        workload.id,
-                        f"replica {choice.replica} -> {choice.node} (attempt {attempt})",
-                        {"node": choice.node, "replica": choice.replica},
-                    )
-                if outcome.victims:
-                    await self.book.preempt(s, outcome.victims, by=workload)
-                if outcome.choices:
-                    await s.flush()
-                    workload.message = outcome.unschedulable_reason
-                    await self.book.refresh_workload(s, workload.id)
-                elif outcome.unschedulable_reason and workload.message != outcome.unschedulable_reason:
-                    workload.message = outcome.unschedulable_reason
-                    workload.updated_at = now
-                    Store.add_event(
-                        s, "FailedScheduling", "workload", workload.id, outcome.unschedulable_reason
-                    )
+            pending = [w.id for w in await queries.pending_workloads(s, limit=200)]
+        for workload_id in pending:
+            await self._place(workload_id)
+
+    async def _place(self, workload_id: str) -> None:
+        async with self.store.session() as s:
+            workload = await s.get(WorkloadRow, workload_id)
+            if workload is None or workload.status != "Pending" or workload.cancel_requested:
+                return
+            placements = await queries.placements_of(s, workload_id)
+            missing = missing_replicas(workload.replicas, placements)
+            if not missing:
+                await self.book.refresh_workload(s, workload_id)
+                return
+            spec = WorkloadSpec.from_stored(workload.spec)
+        outcome = self.placer.place(workload_id, spec, missing)
+        if self.bid_deadline_ms > 0 and outcome.choices:
+            # One deadline for all replicas of the workload, not one each: the rounds wait on the
+            # network together; each move after its round is synchronous (no interleaving).
+            outcome.choices = list(
+                await asyncio.gather(*(self._with_bids(workload_id, spec, c) for c in outcome.choices))
+            )
+        async with self.store.session() as s:
+            workload = await s.get(WorkloadRow, workload_id)
+            assert workload is not None  # the hub's lock is held: nothing deletes it meanwhile
+            placements = await queries.placements_of(s, workload_id)
+            latest = {p.replica: p for p in sorted(placements, key=lambda p: p.attempt)}
+            now = time.time()
+            for choice in outcome.choices:
+                attempt = latest[choice.replica].attempt + 1 if choice.replica in latest else 1
+                placement = PlacementRow(
+                    id=uuid.uuid4().hex,
+                    workload_id=workload_id,
+                    replica=choice.replica,
+                    attempt=attempt,
+                    node=choice.node,
+                    cluster=choice.cluster,
+                    status="Scheduled",
+                    command_id=uuid.uuid4().hex,
+                    assignment=choice.assignment,
+                    explanation=choice.explanation.to_dict(),
+                    scheduled_at=now,
+                    updated_at=now,
+                )
+                s.add(placement)
+                self._active[placement.id] = (workload_id, choice.replica, choice.node)
+                Store.add_event(
+                    s,
+                    "PlacementScheduled",
+                    "workload",
+                    workload_id,
+                    f"replica {choice.replica} -> {choice.node} (attempt {attempt})",
+                    {"node": choice.node, "replica": choice.replica},
+                )
+            if outcome.victims:
+                await self.book.preempt(s, outcome.victims, by=workload)
+            if outcome.choices:
+                await s.flush()
+                workload.message = outcome.unschedulable_reason
+                await self.book.refresh_workload(s, workload_id)
+            elif outcome.unschedulable_reason and workload.message != outcome.unschedulable_reason:
+                workload.message = outcome.unschedulable_reason
+                workload.updated_at = now
+                Store.add_event(s, "FailedScheduling", "workload", workload_id, outcome.unschedulable_reason)
 
     async def _with_bids(self, workload_id: str, spec: WorkloadSpec, choice: ReplicaChoice) -> ReplicaChoice:
         """Let the candidates' local policies bid; move the replica if another node wins."""
