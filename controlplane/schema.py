@@ -7,8 +7,7 @@ Schema (2020-12, as OpenAPI 3.1 takes it). What JSON Schema cannot state (one fi
 against another, Python source that must compile) is a ``Field.check`` or a :class:`Custom` kind,
 whose schema is written by hand beside its parser.
 
-:func:`type_schema` renders the *stored* form of a dataclass or TypedDict (what responses carry)
-from its annotations; ``Annotated[..., {...}]`` adds keywords the type cannot say (enum, format).
+What responses carry is documented from its types instead: :mod:`controlplane.typeschema`.
 """
 
 from __future__ import annotations
@@ -16,10 +15,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Generic, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Generic, Protocol, TypeVar
 
 from controlplane.errors import ValidationError
 
@@ -37,7 +35,6 @@ __all__ = [
     "StringMap",
     "Text",
     "nullable",
-    "type_schema",
 ]
 
 T = TypeVar("T")
@@ -350,41 +347,3 @@ def _documentable(f: Field, default: Any) -> bool:
     except ValidationError:
         return False
     return True
-
-
-def type_schema(tp: Any) -> Schema:
-    """JSON Schema of a value of type ``tp`` as ``json.dumps(asdict(...))`` writes it: str, int,
-    float, bool, None, Any, unions, list, dict, Literal, dataclasses and TypedDicts (every key of a
-    TypedDict is required unless NotRequired); ``Annotated`` metadata dicts are merged in."""
-    origin = get_origin(tp)
-    if origin is Annotated:
-        base, *extras = get_args(tp)
-        out = type_schema(base)
-        for extra in extras:
-            out.update(copy.deepcopy(extra))
-        return out
-    if tp is Any:
-        return {}
-    if tp is type(None):
-        return {"type": "null"}
-    simple = {str: "string", bool: "boolean", int: "integer", float: "number"}
-    if tp in simple:
-        return {"type": simple[tp]}
-    if origin in (Union, types.UnionType):
-        options = [a for a in get_args(tp) if a is not type(None)]
-        schema = (
-            type_schema(options[0]) if len(options) == 1 else {"anyOf": [type_schema(a) for a in options]}
-        )
-        return nullable(schema) if len(options) < len(get_args(tp)) else schema
-    if origin is list:
-        return {"type": "array", "items": type_schema(get_args(tp)[0])}
-    if origin is dict:
-        return {"type": "object", "additionalProperties": type_schema(get_args(tp)[1])}
-    if dataclasses.is_dataclass(tp) or (isinstance(tp, type) and hasattr(tp, "__required_keys__")):
-        hints = get_type_hints(tp, include_extras=True)
-        schema = {"type": "object", "properties": {k: type_schema(v) for k, v in hints.items()}}
-        required = sorted(getattr(tp, "__required_keys__", ()))
-        if required:
-            schema["required"] = required
-        return schema
-    raise TypeError(f"no JSON Schema for {tp!r}")

@@ -45,6 +45,7 @@ from edge_agent.heartbeats import Heartbeats
 from edge_agent.hub_link import HubLink
 from edge_agent.invocations import Invocations
 from edge_agent.local_decisions import LocalDecider
+from edge_agent.logs import LogFiles, LogService
 from edge_agent.metrics import AgentState, MetricsServer, agent_registry
 from edge_agent.outbox import DurableOutbox
 from edge_agent.registration import Registration
@@ -116,6 +117,13 @@ class Agent:
         self.counters: Counter[str] = Counter()
         self.registered = asyncio.Event()
         self.link = HubLink(config, self.counters)
+        self.logs = LogService(
+            LogFiles(
+                Path(config.work_dir), max_bytes=config.log_max_bytes, retention_s=config.log_retention_s
+            ),
+            self.link,
+            live=lambda: {*self.runner.running_ids(), *self.functions.instances},
+        )
         self.decider = LocalDecider(
             config=config,
             system=self.system,
@@ -277,6 +285,8 @@ class Agent:
         await nc.subscribe(self.subjects.invoke(name), cb=self.invocations.on_invoke)
         await nc.subscribe(self.subjects.prewarm(name), cb=self.invocations.on_prewarm)
         await nc.subscribe(self.subjects.invocation_query(name), cb=self.invocations.on_invocation_query)
+        await nc.subscribe(self.subjects.logs(name), cb=self.logs.on_request)
+        await nc.subscribe(self.subjects.retire(name), cb=self.invocations.on_retire)
         await nc.subscribe(self.subjects.bid(name), cb=self.bids.on_bid)
         await nc.subscribe(self.subjects.node(name, "decisions"), cb=self.bids.on_decisions)
         await nc.flush(timeout=5)
@@ -285,6 +295,7 @@ class Agent:
             asyncio.create_task(self.heartbeats.loop(), name="heartbeat"),
             asyncio.create_task(self.reports.loop(), name="outbox"),
             asyncio.create_task(self.offline.loop(), name="evict"),
+            asyncio.create_task(self.logs.loop(), name="logs"),
         ]
         log.info("agent %s/%s up (boot %s)", self.config.cluster, self.config.name, self.boot_id[:8])
         try:

@@ -28,6 +28,8 @@ File keys (all optional except where the CLI does not give them)::
     run_as: edgeplane-run      # user code runs as this user when the agent is root ("" or agent: as root)
     pids_max: 512              # processes per workload or function instance (cgroup pids controller)
     metrics_listen: 127.0.0.1:9101  # serve Prometheus /metrics here (default: off; PORT alone: loopback)
+    log_max_bytes: 16Mi        # a log over this keeps its newest half (workloads' output, functions' stderr)
+    log_retention_s: 604800    # logs of ended work are deleted this long after their last write
 
 Errors name the file, the key and the reason.
 """
@@ -93,6 +95,8 @@ class AgentConfig:
     run_as: str = "edgeplane-run"
     pids_max: int = 512  # processes per workload or function instance, where a pids cgroup exists
     metrics_listen: tuple[str, int] | None = None  # (host, port) of /metrics; None: not served
+    log_max_bytes: int = 16 * 2**20  # edge_agent/logs.py
+    log_retention_s: float = 7 * 86400.0
     # The node's NATS identity (edge_agent/enrol.py), set from its credentials, never from the file.
     nats_seed: str = field(default="", repr=False)
     inbox_prefix: str = ""
@@ -128,6 +132,8 @@ _KEYS = {
     "run_as",
     "pids_max",
     "metrics_listen",
+    "log_max_bytes",
+    "log_retention_s",
 }
 
 
@@ -185,6 +191,7 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
         ("offline_scale_interval_s", 0.05, 3600),
         ("resume_confirm_s", 0, 600),
         ("autonomy_window_s", 0, 7 * 86400),
+        ("log_retention_s", 0, 365 * 86400),
     ):
         value = data.get(key, getattr(cfg, key))
         if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
@@ -227,6 +234,13 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
     # Absolute once, here: processes started in a work dir of their own must not resolve a
     # relative path against it a second time (a relative --data-dir broke every function).
     cfg.work_dir = str(Path(cfg.work_dir).expanduser().absolute())
+    if data.get("log_max_bytes") is not None:
+        try:
+            cfg.log_max_bytes = parse_memory(data["log_max_bytes"], field_name="log_max_bytes")
+        except ValidationError as exc:
+            raise fail("log_max_bytes", exc.message) from None
+        if cfg.log_max_bytes < 64 * 1024:
+            raise fail("log_max_bytes", "must be at least 64Ki")
     if data.get("function_memory") is not None:
         try:
             cfg.function_memory = parse_memory(data["function_memory"], field_name="function_memory")

@@ -22,6 +22,8 @@ from edgeplane_contract.messages import (
     MessageError,
     PrewarmAckV1,
     PrewarmV1,
+    RetireAckV1,
+    RetireV1,
     decode,
     encode,
 )
@@ -132,6 +134,25 @@ class Invocations:
                 reply.finished.append(result)
                 size += result_size
         await self.link.reply(msg, reply)
+
+    async def on_retire(self, msg: Msg) -> None:
+        try:
+            request = decode(msg.data, RetireV1)
+        except MessageError as exc:
+            self.link.malformed("retire", exc)
+            return
+        self.link.heard_hub()
+        stopped, draining = await self.functions.retire(request.function)
+        if stopped or draining:
+            log.info(
+                "function %s deleted: %d instance(s) stopped, %d finishing",
+                request.function,
+                stopped,
+                draining,
+            )
+        await self.link.reply(
+            msg, RetireAckV1(request_id=request.request_id, stopped=stopped, draining=draining)
+        )
 
     async def on_prewarm(self, msg: Msg) -> None:
         try:

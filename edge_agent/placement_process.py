@@ -69,8 +69,11 @@ async def start_process(
     if procs is not None:
         entry.limits.append(f"cpu:{cpu_limiter.name}")
     try:
-        # A restart appends to the log, so the output of every run is kept.
-        with log_path.open("ab" if state.restarts else "wb") as log_file:
+        # A restart appends to the log, so the output of every run is kept. Always O_APPEND: when
+        # the agent trims the file (edge_agent/logs.py), the process writes at the new end.
+        with log_path.open("ab") as log_file:
+            if not state.restarts:
+                log_file.truncate(0)
             entry.process = await asyncio.create_subprocess_exec(
                 *spec.command,
                 stdin=asyncio.subprocess.DEVNULL,

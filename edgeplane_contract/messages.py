@@ -9,6 +9,8 @@ Subjects (``{prefix}`` is the cluster's subject prefix, ``edgeplane.v1`` by defa
     {prefix}.{cluster}.node.{node}.fn.invoke   hub -> agent   InvokeV1        request/reply (InvokeResultV1)
     {prefix}.{cluster}.node.{node}.fn.prewarm  hub -> agent   PrewarmV1       request/reply (PrewarmAckV1)
     {prefix}.{cluster}.node.{node}.fn.query    hub -> agent   InvocationQueryV1 request/reply (...StatusV1)
+    {prefix}.{cluster}.node.{node}.fn.retire   hub -> agent   RetireV1        request/reply (RetireAckV1)
+    {prefix}.{cluster}.node.{node}.logs        hub -> agent   LogRequestV1    request/reply (LogChunkV1)
     {prefix}.{cluster}.node.{node}.bid         hub -> agent   BidRequestV1    request/reply (BidV1)
     {prefix}.hub.hello                         hub -> agents  HubHelloV1      publish (agents re-register)
 
@@ -54,6 +56,8 @@ __all__ = [
     "RegisterAckV1",
     "RegisterV1",
     "ReportAckV1",
+    "RetireAckV1",
+    "RetireV1",
     "RunSpec",
     "StatusReportV1",
     "Subjects",
@@ -112,6 +116,12 @@ class Subjects:
 
     def invocation_query(self, node: str) -> str:
         return self.node(node, "fn.query")
+
+    def logs(self, node: str) -> str:
+        return self.node(node, "logs")
+
+    def retire(self, node: str) -> str:
+        return self.node(node, "fn.retire")
 
     def hub_hello(self) -> str:
         return f"{self.prefix}.hub.hello"
@@ -361,6 +371,25 @@ class PrewarmV1:
     code: FunctionCode
     count: int = 1
     keep_alive_s: float = 600.0
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class RetireV1:
+    """A deleted function: stop its idle instances now and the busy ones when they finish."""
+
+    TYPE: ClassVar[str] = "retire"
+    request_id: str
+    function: str
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class RetireAckV1:
+    TYPE: ClassVar[str] = "retire_ack"
+    request_id: str
+    stopped: int = 0
+    draining: int = 0
     v: int = SCHEMA_VERSION
 
 

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,8 +22,11 @@ from edgeplane_contract.urls import mask_url
 
 __all__ = ["DEFAULT_MAX_PAYLOAD", "PAYLOAD_MARGIN", "NatsUnavailableError", "connect_nats"]
 
-# The logger these lines have always been written to (they moved here from the hub's bus module).
-log = logging.getLogger("edgeplane.hub.bus")
+# Hub and agent both connect through here: the lines name the NATS connection, not a side.
+log = logging.getLogger("edgeplane.nats")
+
+# A refusal the server repeats at every reconnect is logged at most this often.
+REPEAT_S = 60.0
 
 # nats-server's default max_payload; what the hub assumes before it has connected.
 DEFAULT_MAX_PAYLOAD = 1 << 20
@@ -64,16 +68,28 @@ async def connect_nats(
     where = mask_url(url)
     refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
+    said: dict[str, float] = {}
+
     async def _error(exc: Exception) -> None:
         # The server refusing us (unknown key, a subject we may not use) is a configuration
-        # problem someone must see; the rest (reconnects, timeouts) is routine.
+        # problem someone must see; the rest (reconnects, timeouts) is routine. A refused
+        # reconnect repeats every half second: said once a minute, not each time.
         text = str(exc)
         if _is_refusal(text) and not refused.done():
             refused.set_result(text)
-        if "violation" in text.lower():
-            log.warning("nats %s: %s", where, exc)
-        else:
+        if "violation" not in text.lower():
             log.debug("nats %s: %s", where, exc)
+            return
+        now = time.monotonic()
+        if now - said.get(text, -REPEAT_S) >= REPEAT_S:
+            said[text] = now
+            hint = (
+                " (this client's key is not, or no longer, in the server's configuration: a revoked "
+                "node must enrol again)"
+                if "authorization" in text.lower()
+                else ""
+            )
+            log.warning("nats %s: %s%s", where, exc, hint)
 
     async def _reconnected() -> None:
         log.info("nats %s: reconnected", where)

@@ -6,7 +6,7 @@ import json
 
 from aiohttp import web
 
-from controlplane.api import enrol
+from controlplane.api import console, enrol
 from controlplane.api.auth import (
     AUTH_SETTINGS,
     IDENTITIES,
@@ -20,6 +20,7 @@ from controlplane.api.auth import (
 from controlplane.api.errors import error_middleware
 from controlplane.api.functions import routes as function_routes
 from controlplane.api.keys import HUB
+from controlplane.api.logs import routes as log_routes
 from controlplane.api.metrics import routes as metrics_routes
 from controlplane.api.openapi import openapi_document
 from controlplane.api.params import (
@@ -37,7 +38,19 @@ from controlplane.api.params import (
 )
 from controlplane.api.redact import redact
 from controlplane.api.request import MAX_BODY, check_clusters, json_body
-from controlplane.api.views import cluster_json, event_json, node_json, workload_json
+from controlplane.api.views import (
+    Cluster,
+    ClusterList,
+    Event,
+    EventPage,
+    Health,
+    Node,
+    NodePage,
+    PlacementExplanation,
+    Workload,
+    WorkloadPage,
+    to_json,
+)
 from controlplane.bus.authority import NatsAuthority
 from controlplane.errors import NotFoundError, UnavailableError
 from controlplane.hub.service import Hub
@@ -58,15 +71,15 @@ async def healthz(request: web.Request) -> web.Response:
         db_ok = False
     nats_ok = hub.bus.connected
     ok = db_ok and nats_ok and hub.started
-    body = {
-        "status": "ok" if ok else "degraded",
-        "database": db_ok,
-        "nats": nats_ok,
-        "hub_id": hub.settings.hub_id,
-        "malformed_messages": dict(hub.bus.malformed),
-        "rejected_messages": dict(hub.bus.rejected),
-    }
-    return web.json_response(body, status=200 if ok else 503)
+    health = Health(
+        status="ok" if ok else "degraded",
+        database=db_ok,
+        nats=nats_ok,
+        hub_id=hub.settings.hub_id,
+        malformed_messages=dict(hub.bus.malformed),
+        rejected_messages=dict(hub.bus.rejected),
+    )
+    return web.json_response(to_json(health), status=200 if ok else 503)
 
 
 @routes.get("/openapi.json")
@@ -78,8 +91,8 @@ async def openapi(request: web.Request) -> web.Response:
 async def list_clusters(request: web.Request) -> web.Response:
     hub = request.app[HUB]
     counts = await hub.store.count_nodes_by_cluster()
-    items = [cluster_json(row, counts.get(row.name, {})) for row in await hub.store.list_clusters()]
-    return web.json_response({"items": items, "total": len(items)})
+    items = [Cluster.of(row, counts.get(row.name, {})) for row in await hub.store.list_clusters()]
+    return web.json_response(to_json(ClusterList(items=items, total=len(items))))
 
 
 def _region(hub: Hub, cluster: str) -> str:
@@ -95,8 +108,8 @@ async def list_nodes(request: web.Request) -> web.Response:
     rows, total = await hub.store.list_nodes(
         cluster=CLUSTER.parse(request), status=status, limit=limit, offset=offset
     )
-    items = [node_json(r, region=_region(hub, r.cluster), allocated=hub.allocated(r.name)) for r in rows]
-    return web.json_response({"items": items, "total": total, "limit": limit, "offset": offset})
+    items = [Node.of(r, region=_region(hub, r.cluster), allocated=hub.allocated(r.name)) for r in rows]
+    return web.json_response(to_json(NodePage(items=items, total=total, limit=limit, offset=offset)))
 
 
 @routes.get("/v1/nodes/{name}")
@@ -106,7 +119,8 @@ async def get_node(request: web.Request) -> web.Response:
     row = await hub.store.get_node(name)
     if row is None:
         raise NotFoundError(f"node {name!r} not found", field="name")
-    return web.json_response(node_json(row, region=_region(hub, row.cluster), allocated=hub.allocated(name)))
+    node = Node.of(row, region=_region(hub, row.cluster), allocated=hub.allocated(name))
+    return web.json_response(to_json(node))
 
 
 @routes.get("/v1/nodes/{name}/decisions")
@@ -136,7 +150,7 @@ async def create_workload(request: web.Request) -> web.Response:
     found = await hub.store.get_workload(workload_id)
     assert found is not None
     return web.json_response(
-        redact(workload_json(*found), principal_of(request)), status=201 if created else 200
+        redact(to_json(Workload.of(*found)), principal_of(request)), status=201 if created else 200
     )
 
 
@@ -153,16 +167,16 @@ async def list_workloads(request: web.Request) -> web.Response:
         offset=offset,
     )
     placements = await hub.store.placements_for([r.id for r in rows])
-    who = principal_of(request)
-    items = [redact(workload_json(r, placements.get(r.id, [])), who) for r in rows]
-    return web.json_response({"items": items, "total": total, "limit": limit, "offset": offset})
+    items = [Workload.of(r, placements.get(r.id, [])) for r in rows]
+    body = to_json(WorkloadPage(items=items, total=total, limit=limit, offset=offset))
+    return web.json_response(redact(body, principal_of(request)))
 
 
 async def _workload_or_404(request: web.Request, workload_id: str) -> web.Response:
     found = await request.app[HUB].store.get_workload(workload_id)
     if found is None:
         raise NotFoundError(f"workload {workload_id!r} not found", field="id")
-    return web.json_response(redact(workload_json(*found), principal_of(request)))
+    return web.json_response(redact(to_json(Workload.of(*found)), principal_of(request)))
 
 
 @routes.get("/v1/workloads/{id}")
@@ -177,26 +191,7 @@ async def get_placement(request: web.Request) -> web.Response:
     found = await hub.store.get_workload(workload_id)
     if found is None:
         raise NotFoundError(f"workload {workload_id!r} not found", field="id")
-    workload, placements = found
-    return web.json_response(
-        {
-            "workload_id": workload.id,
-            "status": workload.status,
-            "message": workload.message,
-            "decisions": [
-                {
-                    "placement_id": p.id,
-                    "replica": p.replica,
-                    "attempt": p.attempt,
-                    "node": p.node,
-                    "cluster": p.cluster,
-                    "assignment": p.assignment,
-                    "explanation": p.explanation,
-                }
-                for p in placements
-            ],
-        }
-    )
+    return web.json_response(to_json(PlacementExplanation.of(*found)))
 
 
 @routes.delete("/v1/workloads/{id}")
@@ -206,7 +201,7 @@ async def delete_workload(request: web.Request) -> web.Response:
     await hub.cancel_workload(workload_id)
     found = await hub.store.get_workload(workload_id)
     assert found is not None
-    return web.json_response(redact(workload_json(*found), principal_of(request)), status=202)
+    return web.json_response(redact(to_json(Workload.of(*found)), principal_of(request)), status=202)
 
 
 @routes.get("/v1/events")
@@ -218,10 +213,9 @@ async def list_events(request: web.Request) -> web.Response:
     rows = await hub.store.list_events(
         after_id=after, kind=KIND.parse(request), object_id=OBJECT_ID.parse(request), limit=limit
     )
-    items = [event_json(r) for r in rows]
-    return web.json_response(
-        {"items": items, "next_after": items[-1]["id"] if items else after, "limit": limit}
-    )
+    items = [Event.of(r) for r in rows]
+    page = EventPage(items=items, next_after=items[-1].id if items else after, limit=limit)
+    return web.json_response(to_json(page))
 
 
 def create_app(
@@ -239,5 +233,7 @@ def create_app(
     app.add_routes(routes)
     app.add_routes(function_routes)
     app.add_routes(metrics_routes)
+    app.add_routes(log_routes)
+    app.add_routes(console.routes)  # the web console: public static files
     enrol.setup(app, nats_authority)
     return app

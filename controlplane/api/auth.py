@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from controlplane.api import console
 from controlplane.auth.tokens import Principal
 from controlplane.errors import (
     ForbiddenError,
@@ -51,10 +52,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PRINCIPAL = web.RequestKey("principal", Principal)  # the caller, once authenticated
 IDENTITIES = web.AppKey("identities", IdentityStore)
 
-# (method, path) pairs that need no bearer token: health for probes, and enrolment, whose
-# credential is the single-use join token in its body.
-PUBLIC_ROUTES: frozenset[tuple[str, str]] = frozenset(
-    {("GET", "/healthz"), ("HEAD", "/healthz"), ("POST", "/v1/join")}
+# (method, path) pairs that need no bearer token: health for probes, enrolment, whose
+# credential is the single-use join token in its body, and the console's static files.
+PUBLIC_ROUTES: frozenset[tuple[str, str]] = (
+    frozenset({("GET", "/healthz"), ("HEAD", "/healthz"), ("POST", "/v1/join")}) | console.PUBLIC_ROUTES
 )
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 JSON_TYPES = frozenset({"application/json"})

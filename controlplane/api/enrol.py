@@ -22,13 +22,13 @@ from edgeplane_contract.messages import valid_token
 from controlplane.api.auth import IDENTITIES
 from controlplane.api.keys import HUB
 from controlplane.api.request import json_body
-from controlplane.api.views import node_json
+from controlplane.api.views import JoinReply, Node, Revoked, RevokedNode, RevokedUnknownNode, to_json
 from controlplane.bus.authority import NatsAuthority
 from controlplane.bus.nats_auth import valid_public_key
 from controlplane.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
 from controlplane.store.identities import JoinRefused
 
-__all__ = ["JOIN_SCHEMAS", "NATS_AUTHORITY", "routes", "setup"]
+__all__ = ["JOIN_REQUEST_SCHEMA", "NATS_AUTHORITY", "routes", "setup"]
 
 log = logging.getLogger("edgeplane.api.enrol")
 
@@ -59,29 +59,16 @@ def setup(app: web.Application, authority: NatsAuthority | None) -> None:
 
 # Hand-written, beside the parser below: the join body is checked in two passes (every key's
 # presence and type, then formats, with the cluster looked up in between), an order the field
-# models do not express; JoinReply is the dict join() answers.
-JOIN_SCHEMAS: dict[str, Any] = {
-    "JoinRequest": {
-        "type": "object",
-        "properties": {
-            "token": {"type": "string", "minLength": 1, "description": "a join token (ep_join_...)"},
-            "node": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,63}$"},
-            "cluster": {"type": "string", "minLength": 1, "description": "must be the token's cluster"},
-            "public_key": {"type": "string", "pattern": "^U[A-Z2-7]{55}$", "description": "nkey user key"},
-        },
-        "required": ["token", "node", "public_key"],
+# models do not express. (The reply is a typed model: views.JoinReply.)
+JOIN_REQUEST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "token": {"type": "string", "minLength": 1, "description": "a join token (ep_join_...)"},
+        "node": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,63}$"},
+        "cluster": {"type": "string", "minLength": 1, "description": "must be the token's cluster"},
+        "public_key": {"type": "string", "pattern": "^U[A-Z2-7]{55}$", "description": "nkey user key"},
     },
-    "JoinReply": {
-        "type": "object",
-        "properties": {
-            "node": {"type": "string"},
-            "cluster": {"type": "string"},
-            "nats_url": {"type": "string"},
-            "subject_prefix": {"type": "string"},
-            "inbox_prefix": {"type": "string"},
-        },
-        "required": ["node", "cluster", "nats_url", "subject_prefix", "inbox_prefix"],
-    },
+    "required": ["token", "node", "public_key"],
 }
 
 
@@ -133,16 +120,14 @@ async def join(request: web.Request) -> web.Response:
     except Exception as exc:  # recorded all the same: the sync loop applies it at its next pass
         log.error("node %s enrolled, but NATS authorization not applied yet: %s", node, exc)
     log.info("node %s enrolled in cluster %s", node, enrolled)
-    return web.json_response(
-        {
-            "node": node,
-            "cluster": enrolled,
-            "nats_url": authority.agent_url(enrolled),
-            "subject_prefix": authority.subject_prefix(enrolled),
-            "inbox_prefix": authority.inbox_prefix(enrolled, node),
-        },
-        status=201,
+    reply = JoinReply(
+        node=node,
+        cluster=enrolled,
+        nats_url=authority.agent_url(enrolled),
+        subject_prefix=authority.subject_prefix(enrolled),
+        inbox_prefix=authority.inbox_prefix(enrolled, node),
     )
+    return web.json_response(to_json(reply), status=201)
 
 
 @routes.delete("/v1/nodes/{name}")
@@ -164,10 +149,11 @@ async def revoke_node(request: web.Request) -> web.Response:
         # lease_missed_heartbeats intervals, so that its work is placed again at once.
         live.lease_s = 0.0
         hub.wake()
+    body: Revoked
     if row is None:
-        body: dict[str, Any] = {"name": name}
+        body = RevokedUnknownNode(name=name, credentials="revoked")
     else:
         config = hub.federation.cluster(row.cluster)
-        body = node_json(row, region=config.region if config else "", allocated=hub.allocated(name))
-    body["credentials"] = "revoked"
-    return web.json_response(body, status=202)
+        node = Node.of(row, region=config.region if config else "", allocated=hub.allocated(name))
+        body = RevokedNode.of_node(node)
+    return web.json_response(to_json(body), status=202)

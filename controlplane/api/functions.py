@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from aiohttp import web
 
@@ -12,13 +11,13 @@ from controlplane.api.keys import HUB
 from controlplane.api.params import ASYNC, INVOKE_IDEMPOTENCY_KEY, VERSION
 from controlplane.api.redact import redact
 from controlplane.api.request import check_clusters, json_body
-from controlplane.api.views import iso
+from controlplane.api.views import Deleted, Function, FunctionList, Invocation, Queued, to_json
 from controlplane.errors import ConflictError, InvocationFailedError, NotFoundError
 from controlplane.serverless.service import InvocationOutcome
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.store.models import InvocationRow
 
-__all__ = ["RESPONSE_SCHEMAS", "routes"]
+__all__ = ["routes"]
 
 routes = web.RouteTableDef()
 
@@ -29,27 +28,28 @@ async def register_function(request: web.Request) -> web.Response:
     spec = FunctionSpec.parse(await json_body(request))
     check_clusters(hub.federation, spec.affinity.clusters)
     stored, created = await hub.functions.register(spec)
-    body = redact(hub.functions.function_json(stored.name), principal_of(request))
+    body = redact(to_json(Function.of(hub.functions, stored.name)), principal_of(request))
     return web.json_response(body, status=201 if created else 200)
 
 
 @routes.get("/v1/functions")
 async def list_functions(request: web.Request) -> web.Response:
     functions = request.app[HUB].functions
-    items = [functions.function_json(name) for name in sorted(functions.specs) if functions.specs[name]]
-    return web.json_response(redact({"items": items, "total": len(items)}, principal_of(request)))
+    items = [Function.of(functions, name) for name in sorted(functions.specs) if functions.specs[name]]
+    body = to_json(FunctionList(items=items, total=len(items)))
+    return web.json_response(redact(body, principal_of(request)))
 
 
 @routes.get("/v1/functions/{name}")
 async def get_function(request: web.Request) -> web.Response:
-    body = request.app[HUB].functions.function_json(request.match_info["name"])
+    body = to_json(Function.of(request.app[HUB].functions, request.match_info["name"]))
     return web.json_response(redact(body, principal_of(request)))
 
 
 @routes.delete("/v1/functions/{name}")
 async def delete_function(request: web.Request) -> web.Response:
     await request.app[HUB].functions.delete(request.match_info["name"])
-    return web.json_response({"name": request.match_info["name"], "deleted": True})
+    return web.json_response(to_json(Deleted(name=request.match_info["name"], deleted=True)))
 
 
 def _headers(outcome: InvocationOutcome) -> dict[str, str]:
@@ -83,10 +83,8 @@ async def invoke_function(request: web.Request) -> web.Response:
             async with request.app[HUB].store.session() as s:
                 row = await s.get(InvocationRow, invocation_id)
             state = row.status if row is not None else state
-        return web.json_response(
-            {"invocation_id": invocation_id, "status": state, "poll": f"/v1/invocations/{invocation_id}"},
-            status=202 if created else 200,
-        )
+        queued = Queued(invocation_id=invocation_id, status=state, poll=f"/v1/invocations/{invocation_id}")
+        return web.json_response(to_json(queued), status=202 if created else 200)
     if key is not None:
         outcome, row = await functions.invoke_once(name, event, version=version, idempotency_key=key)
         if outcome is None:
@@ -127,56 +125,11 @@ async def get_invocation(request: web.Request) -> web.Response:
     invocation_id = request.match_info["id"]
     async with hub.store.session() as s:
         row = await s.get(InvocationRow, invocation_id)
+    if row is None:  # a synchronous one still on its way to the store
+        row = hub.functions.history.pending(invocation_id)
     if row is None:
         raise NotFoundError(f"invocation {invocation_id!r} not found", field="id")
-    body = _invocation_json(row)
+    body = to_json(Invocation.of(row))
     # Only the error is the hub's to redact (its traceback); the result is the caller's data.
     body["error"] = redact(body["error"], principal_of(request))
     return web.json_response(body)
-
-
-def _invocation_json(row: InvocationRow) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "function": row.function,
-        "version": row.version,
-        "status": row.status,
-        "node": row.node,
-        "cold_start": row.cold_start,
-        "result": row.result.get("value") if row.result else None,
-        "error": row.error or None,
-        "timings": row.timings,
-        "created_at": iso(row.created_at),
-        "finished_at": iso(row.finished_at),
-    }
-
-
-# Hand-written: FunctionService.function_json and _invocation_json above build plain dicts.
-RESPONSE_SCHEMAS: dict[str, Any] = {
-    "Function": {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "version": {"type": "integer"},
-            "versions": {"type": "array", "items": {"type": "integer"}},
-            "spec": {"$ref": "#/components/schemas/StoredFunctionSpec"},
-            "instances": {"type": "array", "items": {"type": "object"}},
-            "stats": {"type": "object"},
-            "policy": {"type": "object"},
-        },
-    },
-    "Invocation": {
-        "type": "object",
-        "properties": {
-            "id": {"type": "string"},
-            "function": {"type": "string"},
-            "version": {"type": "integer"},
-            "status": {"type": "string", "enum": ["Queued", "Running", "Succeeded", "Failed"]},
-            "node": {"type": ["string", "null"]},
-            "cold_start": {"type": ["boolean", "null"]},
-            "result": {},
-            "error": {"type": ["object", "null"]},
-            "timings": {"type": "object"},
-        },
-    },
-}

@@ -1,6 +1,7 @@
 """The OpenAPI 3 document of the hub's API: paths, operations and security, written here; every
 body and parameter schema comes from what parses it (the request models, ``api/params.py``), and
-each response schema from beside the code that renders it. A test checks the document lists
+every response schema from the typed model the route answers with (``api/views``), but the few
+bodies no model of ours describes (marked where they are). A test checks the document lists
 exactly the app's routes. About 400 lines: most of it is the table of operations, one per route."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import copy
 from typing import Any, Protocol
 
 from controlplane import __version__
-from controlplane.api import enrol, functions, params, views
+from controlplane.api import console, enrol, logs, params, views
 from controlplane.api.auth import required_scope
 from controlplane.api.errors import ERROR_SCHEMA
 from controlplane.hub.spec import (
@@ -20,14 +21,20 @@ from controlplane.hub.spec import (
     WORKLOAD,
     WorkloadSpec,
 )
-from controlplane.schema import Model, type_schema
+from controlplane.schema import Model
 from controlplane.serverless.spec import FUNCTION, FunctionSpec
+from controlplane.typeschema import type_schema
 
 __all__ = ["PUBLIC_OPERATIONS", "openapi_document", "operation_scope"]
 
 
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _model(tp: type) -> dict[str, str]:
+    """A reference to a response model's component (named after its class)."""
+    return _ref(tp.__name__)
 
 
 def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
@@ -45,23 +52,23 @@ def _params(*declared: _Parameter) -> list[dict[str, Any]]:
     return [p.parameter() for p in declared]
 
 
-def _list_of(item: str) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "items": {"type": "array", "items": _ref(item)},
-            "total": {"type": "integer"},
-            "limit": {"type": "integer"},
-            "offset": {"type": "integer"},
-        },
-        "required": ["items"],
-    }
-
-
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 
 # Links let a client (and a stateful fuzzer) follow what a POST created.
+_LOG_RESPONSES = {
+    "200": {
+        "description": "The log as UTF-8 text (bytes that are not UTF-8 read as U+FFFD)",
+        "headers": {
+            name: {"description": text, "schema": {"type": "string"}}
+            for name, text in logs.LOG_HEADERS.items()
+        },
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+    },
+    "404": _ERROR,
+    "422": _ERROR,
+    "503": _json(_ref("Error"), "The node that keeps the log did not answer"),
+}
 _WORKLOAD_LINKS = {
     name: {"operationId": op, "parameters": {"id": "$response.body#/id"}}
     for name, op in (("get", "getWorkload"), ("placement", "getPlacement"), ("cancel", "cancelWorkload"))
@@ -75,13 +82,14 @@ _PATHS: dict[str, Any] = {
         "get": {
             "operationId": "health",
             "summary": "Liveness and readiness (database, NATS)",
-            "responses": {"200": _json({"type": "object"}), "503": _json({"type": "object"}, "Degraded")},
+            "responses": {"200": _json(_model(views.Health)), "503": _json(_model(views.Health), "Degraded")},
         }
     },
     "/openapi.json": {
         "get": {
             "operationId": "openapi",
             "summary": "This document",
+            # Hand-written: its schema is OpenAPI's own meta-schema, not one of ours.
             "responses": {"200": _json({"type": "object"})},
         }
     },
@@ -101,7 +109,7 @@ _PATHS: dict[str, Any] = {
         "get": {
             "operationId": "listClusters",
             "summary": "Clusters of the federation",
-            "responses": {"200": _json(_list_of("Cluster"))},
+            "responses": {"200": _json(_model(views.ClusterList))},
         }
     },
     "/v1/nodes": {
@@ -109,7 +117,7 @@ _PATHS: dict[str, Any] = {
             "operationId": "listNodes",
             "summary": "Edge nodes",
             "parameters": _params(params.LIMIT, params.OFFSET, params.CLUSTER, params.NODE_STATUS),
-            "responses": {"200": _json(_list_of("Node")), "422": _ERROR},
+            "responses": {"200": _json(_model(views.NodePage)), "422": _ERROR},
         }
     },
     "/v1/nodes/{name}": {
@@ -117,13 +125,13 @@ _PATHS: dict[str, Any] = {
             "operationId": "getNode",
             "summary": "One node",
             "parameters": [_NAME],
-            "responses": {"200": _json(_ref("Node")), "404": _ERROR},
+            "responses": {"200": _json(_model(views.Node)), "404": _ERROR},
         },
         "delete": {
             "operationId": "revokeNode",
             "summary": "Revoke the node's NATS credentials: the server drops and refuses it",
             "parameters": [_NAME],
-            "responses": {"202": _json(_ref("Node"), "Revoked"), "404": _ERROR},
+            "responses": {"202": _json(views.response_schema(views.Revoked), "Revoked"), "404": _ERROR},
         },
     },
     "/v1/join": {
@@ -138,7 +146,7 @@ _PATHS: dict[str, Any] = {
                 "content": {"application/json": {"schema": _ref("JoinRequest")}},
             },
             "responses": {
-                "201": _json(_ref("JoinReply"), "Enrolled"),
+                "201": _json(_model(views.JoinReply), "Enrolled"),
                 "400": _ERROR,
                 "403": _json(_ref("Error"), "Join token unknown, used, expired or for another cluster"),
                 "409": _json(_ref("Error"), "This hub's NATS server takes anonymous clients"),
@@ -157,6 +165,7 @@ _PATHS: dict[str, Any] = {
             "operationId": "getNodeDecisions",
             "summary": "The node's local-policy decision log (rewards Laplace-noised on the node)",
             "parameters": [_NAME],
+            # Hand-written: the body is the node's own answer, passed on as it came.
             "responses": {"200": _json({"type": "object"}), "404": _ERROR, "503": _ERROR},
         }
     },
@@ -170,9 +179,9 @@ _PATHS: dict[str, Any] = {
                 "content": {"application/json": {"schema": _ref("WorkloadSpec")}},
             },
             "responses": {
-                "201": {**_json(_ref("Workload"), "Created"), "links": _WORKLOAD_LINKS},
+                "201": {**_json(_model(views.Workload), "Created"), "links": _WORKLOAD_LINKS},
                 "200": {
-                    **_json(_ref("Workload"), "Already created with this Idempotency-Key"),
+                    **_json(_model(views.Workload), "Already created with this Idempotency-Key"),
                     "links": _WORKLOAD_LINKS,
                 },
                 "400": _ERROR,
@@ -186,7 +195,7 @@ _PATHS: dict[str, Any] = {
             "parameters": _params(
                 params.LIMIT, params.OFFSET, params.WORKLOAD_STATUS, params.NAME, params.NODE, params.CLUSTER
             ),
-            "responses": {"200": _json(_list_of("Workload")), "422": _ERROR},
+            "responses": {"200": _json(_model(views.WorkloadPage)), "422": _ERROR},
         },
     },
     "/v1/workloads/{id}": {
@@ -194,13 +203,13 @@ _PATHS: dict[str, Any] = {
             "operationId": "getWorkload",
             "summary": "One workload with its placements",
             "parameters": [_ID],
-            "responses": {"200": _json(_ref("Workload")), "404": _ERROR},
+            "responses": {"200": _json(_model(views.Workload)), "404": _ERROR},
         },
         "delete": {
             "operationId": "cancelWorkload",
             "summary": "Cancel a workload (stops running replicas; idempotent)",
             "parameters": [_ID],
-            "responses": {"202": _json(_ref("Workload"), "Cancellation accepted"), "404": _ERROR},
+            "responses": {"202": _json(_model(views.Workload), "Cancellation accepted"), "404": _ERROR},
         },
     },
     "/v1/workloads/{id}/placement": {
@@ -208,7 +217,31 @@ _PATHS: dict[str, Any] = {
             "operationId": "getPlacement",
             "summary": "Why each replica went where it went (chosen action, alternatives, scores)",
             "parameters": [_ID],
-            "responses": {"200": _json({"type": "object"}), "404": _ERROR},
+            "responses": {"200": _json(_model(views.PlacementExplanation)), "404": _ERROR},
+        }
+    },
+    "/v1/workloads/{id}/logs": {
+        "get": {
+            "operationId": "getWorkloadLogs",
+            "summary": "A replica's output, from the node that keeps it (tail=N lines; follow=1 streams "
+            "until the replica ends)",
+            "parameters": [
+                _ID,
+                *_params(logs.REPLICA, logs.TAIL, logs.FOLLOW, logs.LIMIT_BYTES),
+            ],
+            "responses": _LOG_RESPONSES,
+        }
+    },
+    "/v1/functions/{name}/instances/{instance}/logs": {
+        "get": {
+            "operationId": "getFunctionInstanceLogs",
+            "summary": "A running function instance's stderr (what the handler printed), from its node",
+            "parameters": [
+                _NAME,
+                {"name": "instance", "in": "path", "required": True, "schema": {"type": "string"}},
+                *_params(logs.TAIL, logs.FOLLOW, logs.LIMIT_BYTES),
+            ],
+            "responses": _LOG_RESPONSES,
         }
     },
     "/v1/functions": {
@@ -220,9 +253,9 @@ _PATHS: dict[str, Any] = {
                 "content": {"application/json": {"schema": _ref("FunctionSpec")}},
             },
             "responses": {
-                "201": {**_json(_ref("Function"), "Created"), "links": _FUNCTION_LINKS},
+                "201": {**_json(_model(views.Function), "Created"), "links": _FUNCTION_LINKS},
                 "200": {
-                    **_json(_ref("Function"), "This content is already registered"),
+                    **_json(_model(views.Function), "This content is already registered"),
                     "links": _FUNCTION_LINKS,
                 },
                 "400": _ERROR,
@@ -234,7 +267,7 @@ _PATHS: dict[str, Any] = {
         "get": {
             "operationId": "listFunctions",
             "summary": "List functions",
-            "responses": {"200": _json(_list_of("Function"))},
+            "responses": {"200": _json(_model(views.FunctionList))},
         },
     },
     "/v1/functions/{name}": {
@@ -242,20 +275,14 @@ _PATHS: dict[str, Any] = {
             "operationId": "getFunction",
             "summary": "A function: versions, instances, counts, cold-start rate, latency percentiles",
             "parameters": [_NAME],
-            "responses": {"200": _json(_ref("Function")), "404": _ERROR},
+            "responses": {"200": _json(_model(views.Function)), "404": _ERROR},
         },
         "delete": {
             "operationId": "deleteFunction",
             "summary": "Delete a function (every version; later versions get new numbers)",
             "parameters": [_NAME],
             "responses": {
-                "200": _json(
-                    {
-                        "type": "object",
-                        "properties": {"name": {"type": "string"}, "deleted": {"type": "boolean"}},
-                        "required": ["name", "deleted"],
-                    }
-                ),
+                "200": _json(_model(views.Deleted)),
                 "404": _ERROR,
             },
         },
@@ -270,6 +297,7 @@ _PATHS: dict[str, Any] = {
             ],
             "requestBody": {"content": {"application/json": {"schema": {}}}},
             "responses": {
+                # Hand-written: the handler's result is any JSON (or, for async=1, a Queued).
                 "200": {
                     "description": "The handler's result (X-Edgeplane-Cold-Start and timing headers; "
                     "X-Edgeplane-Idempotent-Replay on a retry with the same Idempotency-Key), or for "
@@ -277,18 +305,7 @@ _PATHS: dict[str, Any] = {
                     "content": {"application/json": {"schema": {}}},
                 },
                 "202": {
-                    **_json(
-                        {
-                            "type": "object",
-                            "properties": {
-                                "invocation_id": {"type": "string"},
-                                "status": {"type": "string"},
-                                "poll": {"type": "string"},
-                            },
-                            "required": ["invocation_id", "status"],
-                        },
-                        "Queued (async=1); poll /v1/invocations/{id}",
-                    ),
+                    **_json(_model(views.Queued), "Queued (async=1); poll /v1/invocations/{id}"),
                     "links": {
                         "poll": {
                             "operationId": "getInvocation",
@@ -316,7 +333,7 @@ _PATHS: dict[str, Any] = {
             "operationId": "getInvocation",
             "summary": "An asynchronous invocation",
             "parameters": [_ID],
-            "responses": {"200": _json(_ref("Invocation")), "404": _ERROR},
+            "responses": {"200": _json(_model(views.Invocation)), "404": _ERROR},
         }
     },
     "/v1/events": {
@@ -324,13 +341,16 @@ _PATHS: dict[str, Any] = {
             "operationId": "listEvents",
             "summary": "The event log, oldest first; poll with after=next_after",
             "parameters": _params(params.AFTER, params.EVENTS_LIMIT, params.KIND, params.OBJECT_ID),
-            "responses": {"200": _json({"type": "object"}), "422": _ERROR},
+            "responses": {"200": _json(_model(views.EventPage)), "422": _ERROR},
         }
     },
+    **console.OPENAPI_PATHS,
 }
 
 # Routes anyone may call (liveness probes); every other operation needs a bearer token.
-PUBLIC_OPERATIONS = frozenset({("get", "/healthz"), ("post", "/v1/join")})
+PUBLIC_OPERATIONS = frozenset({("get", "/healthz"), ("post", "/v1/join")}) | {
+    (method.lower(), path) for method, path in console.PUBLIC_ROUTES if method != "HEAD"
+}
 _SCOPE_TEXT = "Requires a bearer token with scope `{scope}` (`admin` implies every scope)."
 _AUTH_RESPONSES = {
     "401": {
@@ -390,16 +410,15 @@ _REQUEST_MODELS: tuple[Model[Any], ...] = (
 
 
 def _schemas() -> dict[str, Any]:
-    """Every component schema: request bodies from their models, the specs as stored and returned
-    from their dataclasses, and the hand-written response schemas from beside their renderers."""
+    """Every component schema: request bodies from their models (the join body hand-written beside
+    its parser), the specs as stored and returned from their dataclasses, responses from theirs."""
     return {
         "Error": copy.deepcopy(ERROR_SCHEMA),
         **{model.name: model.schema() for model in _REQUEST_MODELS},
         "StoredWorkloadSpec": type_schema(WorkloadSpec),
         "StoredFunctionSpec": type_schema(FunctionSpec),
-        **copy.deepcopy(views.RESPONSE_SCHEMAS),
-        **copy.deepcopy(enrol.JOIN_SCHEMAS),
-        **copy.deepcopy(functions.RESPONSE_SCHEMAS),
+        "JoinRequest": copy.deepcopy(enrol.JOIN_REQUEST_SCHEMA),
+        **views.response_schemas(),
     }
 
 

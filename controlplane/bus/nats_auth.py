@@ -6,8 +6,8 @@ to everything; each enrolled node has its own nkey, which may only
 - publish its own node's agent -> hub subjects (register, heartbeat, report),
 - answer the requests it receives (``allow_responses``: the reply subject of a message delivered
   to it, once),
-- subscribe to its own node's hub -> agent subjects (cmd, fn.invoke, fn.prewarm, fn.query, bid,
-  decisions), the cluster's ``{prefix}.hub.hello`` and its own inbox prefix.
+- subscribe to its own node's hub -> agent subjects (cmd, fn.invoke, fn.prewarm, fn.query,
+  fn.retire, logs, bid, decisions), the cluster's ``{prefix}.hub.hello`` and its own inbox prefix.
 
 Anything else is refused by the server ("Permissions Violation"); a client without a known nkey
 cannot connect at all. See docs/security.md, "NATS identities and permissions".
@@ -115,6 +115,8 @@ def agent_permissions(identity: NodeIdentity) -> Permissions:
             subjects.invoke(node),
             subjects.prewarm(node),
             subjects.invocation_query(node),
+            subjects.logs(node),
+            subjects.retire(node),
             subjects.bid(node),
             subjects.node(node, "decisions"),
             subjects.hub_hello(),

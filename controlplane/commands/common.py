@@ -150,6 +150,9 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve /metrics without a token (default: a token with scope read)",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    from controlplane.extender.settings import add_extender_arguments
+
+    add_extender_arguments(parser)
 
 
 def setup_logging(level: str) -> None:

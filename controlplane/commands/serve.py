@@ -26,6 +26,7 @@ from controlplane.commands.common import (
 
 if TYPE_CHECKING:
     from controlplane.api.auth import AuthSettings
+    from controlplane.extender.settings import ExtenderSettings
 
 __all__ = ["configure", "run"]
 
@@ -36,6 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from controlplane.errors import ConfigError
+    from controlplane.extender.settings import extender_settings
 
     setup_logging(args.log_level)
     try:
@@ -43,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         check_function_policy(args)
         auth = api_auth(args)
         ssl_context = api_ssl_context(args)
+        extender = extender_settings(args)
         nats = nats_setup(args, Path(args.data_dir), federation)
     except ConfigError as exc:
         print(f"controlplane: configuration error: {exc}", file=sys.stderr)
@@ -52,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from controlplane.errors import StartupError
 
     try:
-        return asyncio.run(_serve(args, federation, auth, ssl_context, nats))
+        return asyncio.run(_serve(args, federation, auth, ssl_context, nats, extender))
     except (NatsUnavailableError, StartupError) as exc:  # NATS, the store or the port: one line
         print(f"controlplane: {exc}", file=sys.stderr)
         return 1
@@ -64,6 +67,7 @@ async def _serve(
     auth: AuthSettings,
     ssl_context: ssl.SSLContext | None,
     nats: NatsSetup,
+    extender: ExtenderSettings | None,
 ) -> int:
     from controlplane.federation.config import FederationConfig
     from controlplane.hub.runner import start_hub, wait_for_signal
@@ -81,6 +85,7 @@ async def _serve(
             auth=auth,
             ssl_context=ssl_context,
             nats_authority=nats.authority,
+            extender=extender,
         )
         if nats.authority is not None:  # nodes enrolled before this start
             await nats.authority.apply(running.hub.identities.node_credentials)
@@ -90,6 +95,8 @@ async def _serve(
             f"edgeplane hub: API {running.url}  NATS {mask_url(nats_url)}  {made} {token_file}",
             flush=True,
         )
+        if running.extender is not None:
+            print(f"  Kubernetes scheduler extender {running.extender.url} (filter, prioritize)", flush=True)
         try:
             await wait_for_signal(asyncio.Event())
         finally:

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from controlplane.client.config import write_client_config
 from controlplane.commands.common import (
     NatsSetup,
     add_hub_arguments,
@@ -37,6 +38,7 @@ from controlplane.commands.common import (
 
 if TYPE_CHECKING:
     from controlplane.api.auth import AuthSettings
+    from controlplane.extender.settings import ExtenderSettings
     from controlplane.store.identities import IdentityStore
 
 __all__ = ["configure", "run"]
@@ -58,6 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from controlplane.errors import ConfigError
+    from controlplane.extender.settings import extender_settings
 
     setup_logging(args.log_level)
     if not 0 <= args.agents <= 64:
@@ -68,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         check_function_policy(args)
         auth = api_auth(args)
         ssl_context = api_ssl_context(args)
+        extender = extender_settings(args)
         data_dir = Path(args.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         _check_agent_options(args)
@@ -80,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from controlplane.errors import StartupError
 
     try:
-        return asyncio.run(_up(args, federation, auth, ssl_context, nats))
+        return asyncio.run(_up(args, federation, auth, ssl_context, nats, extender))
     except (NatsUnavailableError, StartupError) as exc:  # NATS, the store or the port: one line
         print(f"controlplane up: {exc}", file=sys.stderr)
         return 1
@@ -142,6 +146,14 @@ def agent_share(agents: int) -> tuple[str, str]:
     return f"{cpu:g}", str(memory)
 
 
+def _client_url(api_url: str) -> str:
+    """The URL the client config names: a wildcard bind address is reached on loopback."""
+    for wildcard in ("0.0.0.0", "[::]", "::"):
+        if f"://{wildcard}:" in api_url:
+            return api_url.replace(f"://{wildcard}:", "://127.0.0.1:")
+    return api_url
+
+
 def _agent_command(
     args: argparse.Namespace, nats_url: str, cluster: str, name: str, data_dir: Path
 ) -> list[str]:
@@ -181,6 +193,7 @@ async def _up(
     auth: AuthSettings,
     ssl_context: ssl.SSLContext | None,
     nats: NatsSetup,
+    extender: ExtenderSettings | None,
 ) -> int:
     from controlplane.commands.supervise import LocalAgent, supervise
     from controlplane.federation.config import FederationConfig
@@ -203,10 +216,12 @@ async def _up(
             auth=auth,
             ssl_context=ssl_context,
             nats_authority=nats.authority,
+            extender=extender,
         )
         if nats.authority is not None:  # nodes enrolled at an earlier start connect again
             await nats.authority.apply(running.hub.identities.node_credentials)
         token_file, token_created = await ensure_admin_token(running.hub.store, data_dir)
+        client_config = write_client_config(data_dir, _client_url(running.url), token_file, args.tls_cert)
         clusters = federation.clusters
         for index in range(args.agents):
             cluster = clusters[index % len(clusters)]
@@ -225,9 +240,13 @@ async def _up(
             f"store {mask_url(database_url(args))}  agents {args.agents}\n"
             f"  {made} {token_file} (keep it secret; `controlplane token create` makes narrower ones)\n"
             f'  try: curl -H "Authorization: Bearer $(cat {token_file})" {running.url}/v1/nodes\n'
+            f"  client config in {client_config}: try `controlplane get nodes`\n"
+            f"  console: {running.url}/console (paste the token)\n"
             f"  Ctrl-C stops everything.",
             flush=True,
         )
+        if running.extender is not None:
+            print(f"  Kubernetes scheduler extender {running.extender.url} (filter, prioritize)", flush=True)
         stop = asyncio.Event()
         stop_on_signal(stop)
         # Crashed agents are restarted with backoff; one that cannot start stops everything.

@@ -71,20 +71,13 @@ class BidOutcome:
     decided_by: str  # bid | hub-estimate | scheduler
     rows: list[BidRow] = field(default_factory=list)
 
-    @property
-    def table(self) -> list[dict[str, Any]]:
-        return [row.to_dict() for row in self.rows]
-
 
 def candidates_of(choice: ReplicaChoice) -> list[BidCandidate]:
-    """The scheduler's choice first, then its alternatives, read once from the explanation."""
-    explanation = choice.explanation
-    found = []
-    for entry in [explanation.get("chosen"), *(explanation.get("alternatives") or [])]:
-        if isinstance(entry, dict) and isinstance(entry.get("node"), str):
-            reward = entry.get("reward")
-            total = reward.get("total") if isinstance(reward, dict) else None
-            found.append(BidCandidate(entry["node"], total if isinstance(total, int | float) else None))
+    """The scheduler's choice first, then its alternatives, from the replica's explanation."""
+    found = [
+        BidCandidate(c.node, c.reward.total if c.reward is not None else None)
+        for c in choice.explanation.candidates
+    ]
     if not found or found[0].node != choice.node:
         found.insert(0, BidCandidate(choice.node))
     return found

@@ -93,7 +93,7 @@ class FrameworkPlacer:
                     node=placement.node,
                     cluster=placement.cluster or self.nodes[placement.node].cluster,
                     assignment=self._assignment_json(placement.assignment),
-                    explanation=_replica_explanation(decision.explanation, placement.replica),
+                    explanation=decision.explanation.for_replica(placement.replica),
                 )
             )
         outcome.victims = [(v.workload_id, v.replica) for v in decision.victims]
@@ -148,13 +148,3 @@ class FrameworkPlacer:
 
     def function_nodes(self, request: WorkloadRequest) -> Feasibility:
         return self.scheduler.feasible_nodes(request, FUNCTION_PROFILE)
-
-
-def _replica_explanation(explanation: dict[str, Any], replica: int) -> dict[str, Any]:
-    """The part of a decision's explanation about one replica (the whole one if not split)."""
-    per_replica = explanation.get("replicas")
-    if isinstance(per_replica, list):
-        for entry in per_replica:
-            if isinstance(entry, dict) and entry.get("replica") == replica:
-                return {**{k: v for k, v in explanation.items() if k != "replicas"}, **entry}
-    return dict(explanation)

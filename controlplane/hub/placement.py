@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controlplane.hub.spec import WorkloadSpec
+from controlplane.scheduling.explanation import PlacementExplanation
 from controlplane.scheduling.model import Feasibility, WorkloadRequest
 
 __all__ = ["PlacementNode", "PlacementOutcome", "Placer", "ReplicaChoice"]
@@ -38,7 +39,7 @@ class ReplicaChoice:
     node: str
     cluster: str
     assignment: dict[str, Any] = field(default_factory=dict)
-    explanation: dict[str, Any] = field(default_factory=dict)
+    explanation: PlacementExplanation = field(default_factory=PlacementExplanation)
 
 
 @dataclass(slots=True)

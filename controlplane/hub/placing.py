@@ -15,8 +15,9 @@ from controlplane.hub.registry import NodeRegistry
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.hub.workloads import PlacementBook
 from controlplane.observe.hub import HubMetrics
+from controlplane.scheduling.explanation import BidRound
 from controlplane.store import queries
-from controlplane.store.models import PlacementRow
+from controlplane.store.models import PlacementRow, WorkloadRow
 from controlplane.store.store import Store
 
 __all__ = ["PlacementRound"]
@@ -45,68 +46,80 @@ class PlacementRound:
         self.metrics = metrics
 
     async def place_pending(self) -> None:
-        """Place the missing replicas of pending workloads (up to 200 a round)."""
-        unplaced = 0  # replicas this round found no node for: they wait for capacity
+        """Place the missing replicas of pending workloads (up to 200 a round), one transaction per
+        workload: the bid round waits on the network between the read and the write, never
+        inside a write transaction (SQLite's one writer lock would stall every other writer:
+        invocation records, reports, the API)."""
         async with self.store.session() as s:
-            pending = await queries.pending_workloads(s, limit=200)
-            for workload in pending:
-                placements = await queries.placements_of(s, workload.id)
-                latest = {p.replica: p for p in sorted(placements, key=lambda p: p.attempt)}
-                missing = missing_replicas(workload.replicas, placements)
-                if not missing:
-                    await self.book.refresh_workload(s, workload.id)
-                    continue
-                spec = WorkloadSpec.from_stored(workload.spec)
-                outcome = self.placer.place(workload.id, spec, missing)
-                unplaced += len(missing) - len(outcome.choices)
-                if self.bid_deadline_ms > 0 and outcome.choices:
-                    # One deadline for all replicas of the workload, not one each: the rounds wait on
-                    # the network together; each move after its round is synchronous (no interleaving).
-                    outcome.choices = list(
-                        await asyncio.gather(
-                            *(self._with_bids(workload.id, spec, c) for c in outcome.choices)
-                        )
-                    )
-                now = time.time()
-                for choice in outcome.choices:
-                    attempt = latest[choice.replica].attempt + 1 if choice.replica in latest else 1
-                    placement = PlacementRow(
-                        id=uuid.uuid4().hex,
-                        workload_id=workload.id,
-                        replica=choice.replica,
-                        attempt=attempt,
-                        node=choice.node,
-                        cluster=choice.cluster,
-                        status="Scheduled",
-                        command_id=uuid.uuid4().hex,
-                        assignment=choice.assignment,
-                        explanation=choice.explanation,
-                        scheduled_at=now,
-                        updated_at=now,
-                    )
-                    s.add(placement)
-                    self._active[placement.id] = (workload.id, choice.replica, choice.node)
-                    Store.add_event(
-                        s,
-                        "PlacementScheduled",
-                        "workload",
-                        workload.id,
-                        f"replica {choice.replica} -> {choice.node} (attempt {attempt})",
-                        {"node": choice.node, "replica": choice.replica},
-                    )
-                if outcome.victims:
-                    await self.book.preempt(s, outcome.victims, by=workload)
-                if outcome.choices:
-                    await s.flush()
-                    workload.message = outcome.unschedulable_reason
-                    await self.book.refresh_workload(s, workload.id)
-                elif outcome.unschedulable_reason and workload.message != outcome.unschedulable_reason:
-                    workload.message = outcome.unschedulable_reason
-                    workload.updated_at = now
-                    Store.add_event(
-                        s, "FailedScheduling", "workload", workload.id, outcome.unschedulable_reason
-                    )
+            pending = [w.id for w in await queries.pending_workloads(s, limit=200)]
+        unplaced = 0  # replicas this round found no node for: they wait for capacity
+        for workload_id in pending:
+            unplaced += await self._place(workload_id)
         self.metrics.scheduler.set_pending("unschedulable", unplaced)
+
+    async def _place(self, workload_id: str) -> int:
+        """Place one workload's missing replicas; how many found no node."""
+        async with self.store.session() as s:
+            workload = await s.get(WorkloadRow, workload_id)
+            if workload is None or workload.status != "Pending" or workload.cancel_requested:
+                return 0
+            placements = await queries.placements_of(s, workload_id)
+            missing = missing_replicas(workload.replicas, placements)
+            if not missing:
+                await self.book.refresh_workload(s, workload_id)
+                return 0
+            spec = WorkloadSpec.from_stored(workload.spec)
+        outcome = self.placer.place(workload_id, spec, missing)
+        unplaced = len(missing) - len(outcome.choices)
+        if self.bid_deadline_ms > 0 and outcome.choices:
+            # One deadline for all replicas of the workload, not one each: the rounds wait on the
+            # network together; each move after its round is synchronous (no interleaving).
+            outcome.choices = list(
+                await asyncio.gather(*(self._with_bids(workload_id, spec, c) for c in outcome.choices))
+            )
+        async with self.store.session() as s:
+            workload = await s.get(WorkloadRow, workload_id)
+            assert workload is not None  # the hub's lock is held: nothing deletes it meanwhile
+            placements = await queries.placements_of(s, workload_id)
+            latest = {p.replica: p for p in sorted(placements, key=lambda p: p.attempt)}
+            now = time.time()
+            for choice in outcome.choices:
+                attempt = latest[choice.replica].attempt + 1 if choice.replica in latest else 1
+                placement = PlacementRow(
+                    id=uuid.uuid4().hex,
+                    workload_id=workload_id,
+                    replica=choice.replica,
+                    attempt=attempt,
+                    node=choice.node,
+                    cluster=choice.cluster,
+                    status="Scheduled",
+                    command_id=uuid.uuid4().hex,
+                    assignment=choice.assignment,
+                    explanation=choice.explanation.to_dict(),
+                    scheduled_at=now,
+                    updated_at=now,
+                )
+                s.add(placement)
+                self._active[placement.id] = (workload_id, choice.replica, choice.node)
+                Store.add_event(
+                    s,
+                    "PlacementScheduled",
+                    "workload",
+                    workload_id,
+                    f"replica {choice.replica} -> {choice.node} (attempt {attempt})",
+                    {"node": choice.node, "replica": choice.replica},
+                )
+            if outcome.victims:
+                await self.book.preempt(s, outcome.victims, by=workload)
+            if outcome.choices:
+                await s.flush()
+                workload.message = outcome.unschedulable_reason
+                await self.book.refresh_workload(s, workload_id)
+            elif outcome.unschedulable_reason and workload.message != outcome.unschedulable_reason:
+                workload.message = outcome.unschedulable_reason
+                workload.updated_at = now
+                Store.add_event(s, "FailedScheduling", "workload", workload_id, outcome.unschedulable_reason)
+        return unplaced
 
     def _count_bids(self, result: BidOutcome) -> None:
         asked = [row for row in result.rows if row.asked]
@@ -124,7 +137,7 @@ class PlacementRound:
         if result is None:
             return choice
         self._count_bids(result)
-        bids = {"decided_by": result.decided_by, "winner": result.winner, "candidates": result.table}
+        decided_by = result.decided_by
         if result.winner != choice.node:
             self.placer.release(workload_id, choice.replica)
             pinned = dataclasses.replace(
@@ -138,6 +151,7 @@ class PlacementRound:
                 if not again.choices:
                     raise RuntimeError("replica could not be placed again after a bid round")
                 choice = again.choices[0]
-                bids["decided_by"] = "scheduler (winner no longer fits)"
-        choice.explanation = {**choice.explanation, "bids": bids}
+                decided_by = "scheduler (winner no longer fits)"
+        bids = BidRound(decided_by, result.winner, tuple(result.rows))
+        choice.explanation = dataclasses.replace(choice.explanation, bids=bids)
         return choice

@@ -18,6 +18,8 @@ from controlplane.api.auth import AuthSettings
 from controlplane.bus.authority import NatsAuthority
 from controlplane.bus.hub_bus import HubBus
 from controlplane.errors import StartupError
+from controlplane.extender.app import RunningExtender, start_extender
+from controlplane.extender.settings import ExtenderSettings
 from controlplane.federation.config import FederationConfig
 from controlplane.hub.framework_placer import FrameworkPlacer
 from controlplane.hub.placement import Placer
@@ -25,6 +27,7 @@ from controlplane.hub.service import Hub, HubSettings
 from controlplane.observe.hub import HubMetrics
 from controlplane.scheduling.instrument import FrameworkRecorder
 from controlplane.scheduling.profiles import Profile
+from controlplane.scheduling.scheduler import Scheduler
 from controlplane.serverless.service import FunctionService, ServerlessSettings
 from controlplane.store.store import Store
 
@@ -66,12 +69,18 @@ def build_hub(settings: HubSettings, store: Store) -> Hub:
 class RunningHub:
     """A started hub + API site; ``await stop()`` tears both down."""
 
-    def __init__(self, hub: Hub, runner: web.AppRunner, url: str) -> None:
+    def __init__(
+        self, hub: Hub, runner: web.AppRunner, url: str, extender: RunningExtender | None = None
+    ) -> None:
         self.hub = hub
         self.runner = runner
         self.url = url
+        self.extender = extender
+        """The Kubernetes scheduler extender's listener, when asked for."""
 
     async def stop(self) -> None:
+        if self.extender is not None:
+            await self.extender.stop()
         await self.runner.cleanup()
         await self.hub.stop()
         await self.hub.store.close()
@@ -87,9 +96,11 @@ async def start_hub(
     auth: AuthSettings | None = None,
     ssl_context: ssl.SSLContext | None = None,
     nats_authority: NatsAuthority | None = None,
+    extender: ExtenderSettings | None = None,
 ) -> RunningHub:
     """Open the store, start the hub, serve its API. ``nats_authority``: enrolment is possible
-    (``POST /v1/join``) and the NATS server's user list follows the store's node credentials."""
+    (``POST /v1/join``) and the NATS server's user list follows the store's node credentials.
+    ``extender``: also serve the Kubernetes scheduler extender on its own listener."""
     try:
         store = await Store.open(database_url)
     except Exception as exc:  # a bad URL, an unreachable server, a failed migration
@@ -115,7 +126,21 @@ async def start_hub(
     server = getattr(site, "_server", None)
     bound = server.sockets[0].getsockname()[1] if server and server.sockets else port
     scheme = "https" if ssl_context is not None else "http"
-    return RunningHub(hub, runner, f"{scheme}://{host}:{bound}")
+    running = RunningHub(hub, runner, f"{scheme}://{host}:{bound}")
+    if extender is not None:
+        try:
+            running.extender = await start_extender(extender, _scheduler_of(hub))
+        except BaseException:
+            await running.stop()
+            raise
+    return running
+
+
+def _scheduler_of(hub: Hub) -> Scheduler:
+    """The scheduler the extender reads: the placer's (make_placer builds a FrameworkPlacer)."""
+    if not isinstance(hub.placer, FrameworkPlacer):
+        raise StartupError("the scheduler extender needs the scheduling framework's placer")
+    return hub.placer.scheduler
 
 
 def _reason(exc: BaseException) -> str:

@@ -6,6 +6,9 @@ that it rebuilds on start from the store and from the agents' re-registrations.
 Lifecycle of a workload: Pending -> Scheduled -> Running -> Succeeded | Failed, or Cancelling ->
 Cancelled after a DELETE. Each replica runs as a *placement* (one attempt on one node). A node that
 misses its lease goes NotReady; its active placements become Lost and the replicas are placed again.
+
+About 400 lines: the coordinator of the rooms (registry, leases, lifecycle, placing, dispatch);
+each handler is a few lines handing the message to them under the hub's lock.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The workload spec users POST: parsing, validation (errors name the field) and storage form."""
+"""The workload spec users POST: parsing, validation (errors name the field) and storage form.
+
+Over 400 lines: the spec and its request model (each rule once, for the parser and the OpenAPI
+document), with the quantities and argv/env kinds the function spec reuses."""
 
 from __future__ import annotations
 

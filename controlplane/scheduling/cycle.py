@@ -9,12 +9,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
 from controlplane.scheduling.actions import RESOURCE_FIT, ActionSpace, NodeActions
 from controlplane.scheduling.explain import PluginScores, explain_choice, mask_report
+from controlplane.scheduling.explanation import CycleFailure, ReplicaExplanation
 from controlplane.scheduling.framework import (
     MAX_NODE_SCORE,
     STATE_ACTIONS,
@@ -48,7 +48,7 @@ class Cycle:
     row: int = -1
     assignment: Assignment | None = None
     unresolvable: BoolArray | None = None
-    explanation: dict[str, Any] | None = None
+    explanation: ReplicaExplanation | None = None
 
 
 @dataclass(slots=True)
@@ -144,19 +144,42 @@ class CycleRunner:
         return Filtered(actions, rejections, rejected, unresolvable, first)
 
     def feasible(self, request: WorkloadRequest) -> Feasibility:
-        """The nodes where one replica of ``request`` fits now (PreFilter and Filter only: nothing
-        scored, reserved or counted; the sampling start and the tie-break stream are untouched)."""
+        """The nodes where one replica of ``request`` fits now (see :meth:`filter_only`)."""
+        _, status, filtered = self.filter_only(request)
+        if filtered is None:
+            return Feasibility((), status.message())
+        names = tuple(self.nodes.states[int(r)].name for r in np.flatnonzero(~filtered.rejected))
+        return Feasibility(names, "" if names else filtered.message())
+
+    def filter_only(self, request: WorkloadRequest) -> tuple[CycleState, Status, Filtered | None]:
+        """PreFilter and Filter for one replica over every node, with no effect on the runner
+        (nothing scored, reserved or counted): the cycle state, PreFilter's status and the
+        Filter record (None when a PreFilter plugin failed). The Kubernetes extender reads it."""
         state = CycleState()
         state.write(STATE_NOW, self.clock())
         state.write(STATE_REPLICA, 0)
         for pre in self.plugins.pre_filters:
             status = pre.pre_filter(state, request, self.nodes)
             if not status.ok:
-                return Feasibility((), status.message())
-        filtered = self.filter(state, request, None)
-        rows = np.flatnonzero(~filtered.rejected)
-        names = tuple(self.nodes.states[int(r)].name for r in rows)
-        return Feasibility(names, "" if names else filtered.message())
+                return state, replace(status, plugin=status.plugin or pre.name), None
+        return state, Status.success(), self.filter(state, request, None)
+
+    def score_only(
+        self, state: CycleState, request: WorkloadRequest, filtered: Filtered, rows: np.ndarray
+    ) -> FloatArray:
+        """The Score phase's weighted totals for ``rows`` (all passed ``filtered``), without
+        sampling or selection (the sampling start and the tie-break stream are untouched); a
+        candidate a plugin excluded from selection totals -inf, as it ranks in :meth:`run`."""
+        cand = self.space.candidates(self.nodes, request.resources, filtered.actions, rows)
+        total = np.zeros(len(cand))
+        for plugin, weight, normalizer in self.plugins.scorers:
+            raw = plugin.score(state, request, cand)
+            norm = clip(raw, 0.0, MAX_NODE_SCORE) if normalizer is None else normalizer.normalize(state, raw)
+            total += weight * norm
+        excluded = state.get(STATE_EXCLUDED)
+        if excluded is not None and excluded.any() and not excluded.all():
+            total = np.where(excluded, -np.inf, total)
+        return total
 
     def sample(self, feasible: np.ndarray, n: int) -> np.ndarray:
         """kube-scheduler's percentageOfNodesToScore with a rotating start index."""
@@ -208,7 +231,7 @@ class CycleRunner:
             message = filtered.message()
             code = Code.UNSCHEDULABLE if (~unresolvable).any() else _UNRESOLVABLE
             expl = (
-                {"replica": replica, "actions": report, "status": code.name, "reason": message}
+                ReplicaExplanation(replica, report, failure=CycleFailure(code.name, message))
                 if explain
                 else None
             )

@@ -1,17 +1,23 @@
 """Explanations of one scheduling cycle: what the mask removed, and why the chosen node won.
 
-Pure functions of a cycle's intermediate results; the cycle calls them only when asked to
-explain (explanations cost time on the hot path).
+Pure functions of a cycle's intermediate results, returning the types of :mod:`.explanation`;
+the cycle calls them only when asked to explain (explanations cost time on the hot path).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from controlplane.scheduling.actions import RESOURCE_FIT, Candidates, NodeActions
+from controlplane.scheduling.explanation import (
+    CandidateExplanation,
+    MaskReport,
+    NodeCounts,
+    PluginScore,
+    ReplicaExplanation,
+)
 from controlplane.scheduling.framework import BoolArray, CandidateExplainer, CycleState, FloatArray, Rejection
 from controlplane.scheduling.model import Assignment
 from controlplane.scheduling.nodetable import NodeTable
@@ -28,7 +34,7 @@ def mask_report(
     first: np.ndarray,
     rejected: BoolArray,
     feasible: np.ndarray,
-) -> dict[str, Any]:
+) -> MaskReport:
     """Actions in total, masked and remaining, and the masked ones by the first rejection of
     their node (``first``: index into ``rejections`` per node, for the ``rejected`` ones)."""
     total = int(actions.total.sum())
@@ -44,7 +50,7 @@ def mask_report(
     partial = int((actions.total[feasible] - actions.feasible[feasible]).sum())
     if partial:
         by[f"{RESOURCE_FIT}: infeasible quota/accelerator options on feasible nodes"] = partial
-    return {"total": total, "masked": total - remaining, "remaining": remaining, "masked_by": by}
+    return MaskReport(total=total, masked=total - remaining, remaining=remaining, masked_by=by)
 
 
 def explain_choice(
@@ -53,7 +59,7 @@ def explain_choice(
     top: int,
     *,
     replica: int,
-    report: dict[str, Any],
+    report: MaskReport,
     cand: Candidates,
     total: FloatArray,
     per_plugin: PluginScores,
@@ -62,7 +68,7 @@ def explain_choice(
     state: CycleState,
     feasible_nodes: int,
     ranking: FloatArray,
-) -> dict[str, Any]:
+) -> ReplicaExplanation:
     """The chosen candidate ``best`` and up to ``top`` runners-up, each with its score per plugin
     and whatever the plugins' :class:`~.framework.CandidateExplainer` capability adds."""
     k = min(top + 1, len(ranking))
@@ -71,26 +77,25 @@ def explain_choice(
     # Alternatives are nodes that could have been chosen (not excluded ones).
     order = [best, *[int(i) for i in best_first if int(i) != best and ranking[i] > -np.inf][:top]]
 
-    def entry(k: int) -> dict[str, Any]:
+    def entry(k: int) -> CandidateExplanation:
         row = int(cand.rows[k])
-        item: dict[str, Any] = {
-            "node": nodes.names[row],
-            "cluster": nodes.states[row].cluster,
-            "score": float(total[k]),
-            "assignment": (assignment if k == best else cand.assignment(k, nodes)).to_dict(),
-            "plugins": {
-                name: {"raw": float(raw[k]), "normalized": float(norm[k]), "weight": weight}
+        extras = (explainer.explain_candidate(state, k) for explainer in explainers)
+        return CandidateExplanation(
+            node=nodes.names[row],
+            cluster=nodes.states[row].cluster,
+            score=float(total[k]),
+            assignment=assignment if k == best else cand.assignment(k, nodes),
+            plugins={
+                name: PluginScore(raw=float(raw[k]), normalized=float(norm[k]), weight=weight)
                 for name, weight, raw, norm in per_plugin
             },
-        }
-        for explainer in explainers:
-            item.update(explainer.explain_candidate(state, k))
-        return item
+            extras=tuple(extra for extra in extras if extra is not None),
+        )
 
-    return {
-        "replica": replica,
-        "actions": report,
-        "nodes": {"total": len(nodes), "feasible": feasible_nodes, "scored": len(cand)},
-        "chosen": entry(order[0]),
-        "alternatives": [entry(k) for k in order[1:]],
-    }
+    return ReplicaExplanation(
+        replica=replica,
+        mask=report,
+        nodes=NodeCounts(total=len(nodes), feasible=feasible_nodes, scored=len(cand)),
+        chosen=entry(order[0]),
+        alternatives=tuple(entry(k) for k in order[1:]),
+    )

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from edgeplane_contract.power import PowerModel
 
     from controlplane.scheduling.actions import Candidates
+    from controlplane.scheduling.explanation import CandidateExtras
     from controlplane.scheduling.ledger import Ledger
     from controlplane.scheduling.model import Assignment, Migration, Victim, WorkloadRequest
     from controlplane.scheduling.nodetable import NodeTable
@@ -223,10 +224,10 @@ class EnergyRuled(Protocol):
 
 @runtime_checkable
 class CandidateExplainer(Protocol):
-    """Adds fields to a scored candidate's explanation (``k``: its index among the cycle's
-    candidates) from what the plugin left in the cycle state; an empty dict adds nothing."""
+    """Adds to a scored candidate's explanation (``k``: its index among the cycle's candidates)
+    from what the plugin left in the cycle state; None adds nothing."""
 
-    def explain_candidate(self, state: CycleState, k: int) -> dict[str, Any]: ...
+    def explain_candidate(self, state: CycleState, k: int) -> CandidateExtras | None: ...
 
 
 @runtime_checkable

@@ -11,6 +11,7 @@ from typing import Any
 
 from edgeplane_contract.resources import ResourceRequest
 
+from controlplane.scheduling.explanation import Explanation
 from controlplane.scheduling.types import Status
 
 __all__ = [
@@ -304,7 +305,7 @@ class Decision:
     victims: list[Victim] = field(default_factory=list)
     migrations: list[Migration] = field(default_factory=list)
     queued: bool = False
-    explanation: dict[str, Any] = field(default_factory=dict)
+    explanation: Explanation = field(default_factory=Explanation)
 
     @property
     def scheduled(self) -> bool:
@@ -320,5 +321,5 @@ class Decision:
             "victims": [v.to_dict() for v in self.victims],
             "migrations": [m.to_dict() for m in self.migrations],
             "queued": self.queued,
-            "explanation": self.explanation,
+            "explanation": self.explanation.to_dict(),
         }

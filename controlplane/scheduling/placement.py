@@ -4,13 +4,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 
 from controlplane.federation.config import FederationConfig
 from controlplane.scheduling.commit import Undo, commit, rollback
 from controlplane.scheduling.cycle import Cycle, CycleRunner
+from controlplane.scheduling.explanation import (
+    DecisionScope,
+    Explanation,
+    PostFilterExplanation,
+    ReplicaExplanation,
+)
 from controlplane.scheduling.federation_plan import cluster_mask, cluster_plan
 from controlplane.scheduling.framework import BoolArray, Code, Status
 from controlplane.scheduling.ledger import Allocation, Ledger
@@ -49,7 +55,7 @@ class Placer:
         cycle: Cycle,
         undo: Undo,
         explain: bool,
-    ) -> tuple[Cycle, dict[str, Any] | None, list[Victim], list[Migration]]:
+    ) -> tuple[Cycle, PostFilterExplanation | None, list[Victim], list[Migration]]:
         """Run post-filters (merge, preemption) after a failed cycle; retry the cycle once each."""
         unresolvable = (
             cycle.unresolvable if cycle.unresolvable is not None else np.zeros(len(self.nodes), bool)
@@ -77,12 +83,12 @@ class Placer:
                     self.stats["preemptions"] += 1
                 if result.migrations:
                     self.stats["merges"] += 1
-                info = {
-                    "plugin": plugin.name,
-                    "node": self.nodes.names[result.node],
-                    "victims": [v.to_dict() for v in result.victims],
-                    "migrations": [m.to_dict() for m in result.migrations],
-                }
+                info = PostFilterExplanation(
+                    plugin=plugin.name,
+                    node=self.nodes.names[result.node],
+                    victims=tuple(result.victims),
+                    migrations=tuple(result.migrations),
+                )
                 return retry, info, list(result.victims), list(result.migrations)
             # The retry failed after all: put things back as they were.
             if changes:
@@ -96,7 +102,7 @@ class Placer:
         undo = Undo()
         plan = cluster_plan(self.federation, self.nodes, request, len(replicas), self.unavailable)
         placements: list[ReplicaPlacement] = []
-        explanations: list[dict[str, Any]] = []
+        explanations: list[ReplicaExplanation] = []
         victims: list[Victim] = []
         migrations: list[Migration] = []
         reasons: list[str] = []
@@ -112,7 +118,7 @@ class Placer:
                 targets = []
                 reasons.append(plan.reason or "no cluster")
             cycle: Cycle | None = None
-            post: dict[str, Any] | None = None
+            post: PostFilterExplanation | None = None
             for cluster in targets:
                 restrict = cluster_mask(self.nodes, cluster) if cluster is not None else None
                 if cluster is not None and restrict is None:
@@ -133,9 +139,10 @@ class Placer:
             if cycle is not None and status.ok:
                 status = commit(self.ledger, self.nodes, self.plugins, request, replica, cycle)
             if cycle is not None and cycle.explanation is not None:
+                explained = cycle.explanation
                 if post is not None:
-                    cycle.explanation["post_filter"] = post
-                explanations.append(cycle.explanation)
+                    explained = replace(explained, post_filter=post)
+                explanations.append(explained)
             if status.ok and cycle is not None and cycle.assignment is not None:
                 node = self.nodes.names[cycle.row]
                 undo.placed.append((request.id, replica))
@@ -160,15 +167,10 @@ class Placer:
         else:
             overall = Status.success()
             self.stats["scheduled"] += 1
-        explanation: dict[str, Any] = {}
+        explanation = Explanation()
         if explain:
-            explanation = {
-                "profile": self.cycles.profile.name,
-                "workload": request.id,
-                "gang": request.gang,
-                "cluster_plan": plan.to_dict() if plan is not None else None,
-                "replicas": explanations,
-            }
+            scope = DecisionScope(self.cycles.profile.name, request.id, request.gang, plan)
+            explanation = Explanation(scope, tuple(explanations))
         return Decision(
             workload_id=request.id,
             status=overall,

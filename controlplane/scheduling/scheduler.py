@@ -20,6 +20,7 @@ The object holds no locks: callers serialise calls (the hub from its event loop)
 :mod:`.cycle` (one cycle per replica) with :mod:`.explain`, :mod:`.placement` (a workload's
 replicas, post-filters, gangs) with :mod:`.commit` (reserve/bind, rollback),
 :mod:`.federation_plan` (clusters), :mod:`.pending` (waiting work) and :mod:`.reward`.
+About 420 lines: the facade's public API, each method a short delegation with its contract.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from controlplane.scheduling.profiles import Profile, load_profile
 from controlplane.scheduling.queue import SchedulingQueue
 from controlplane.scheduling.reward import energy_weights, placement_reward
 from controlplane.scheduling.topology import TopologyGraph
+from controlplane.scheduling.verdicts import NodeVerdict, node_scores, node_verdicts
 
 __all__ = [
     "Affinity",
@@ -304,6 +306,17 @@ class Scheduler:
             self._filter_runners[profile.name] = runner
         return runner.feasible(request)
 
+    def filter_nodes(self, request: WorkloadRequest, names: Sequence[str]) -> dict[str, NodeVerdict]:
+        """Per named node: does one replica of ``request`` pass this profile's PreFilter and
+        Filter now, and if not, the reason and whether preemption could help (see
+        :mod:`.verdicts`; nothing reserved, scored or counted)."""
+        return node_verdicts(self._cycles, request, names)
+
+    def score_nodes(self, request: WorkloadRequest, names: Sequence[str]) -> dict[str, float]:
+        """This profile's Score totals for the named nodes that pass Filter now (the others are
+        left out); no sampling, no random draw, nothing reserved."""
+        return node_scores(self._cycles, request, names)
+
     def schedule_pending(self, *, limit: int | None = None, explain: bool = True) -> list[Decision]:
         """Retry waiting workloads (highest priority first) that capacity changes may now fit.
 
@@ -391,7 +404,7 @@ class Scheduler:
                     request, missing, epoch=self._epoch, reason=decision.status.message(), now=self._clock()
                 )
                 decision.queued = True
-            decision.explanation["failover_from"] = sorted(down)
+            decision.explanation = replace(decision.explanation, failover_from=tuple(sorted(down)))
             decisions.append(decision)
         self._grew(freed_rows)
         return decisions

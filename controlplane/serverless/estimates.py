@@ -52,24 +52,6 @@ class FunctionStats:
         high = min(low + 1, len(ordered) - 1)
         return round(ordered[low] + (ordered[high] - ordered[low]) * (position - low), 3)
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "invocations": self.invocations,
-            "cold_starts": self.cold_starts,
-            "cold_start_rate": round(self.cold_starts / self.invocations, 4) if self.invocations else None,
-            "errors": self.errors,
-            "timeouts": self.timeouts,
-            "latency_ms": {
-                "p50": self.percentile(self.latencies_ms, 0.5),
-                "p99": self.percentile(self.latencies_ms, 0.99),
-            },
-            "cold_start_ms": {
-                "p50": self.percentile(self.cold_start_ms, 0.5),
-                "p99": self.percentile(self.cold_start_ms, 0.99),
-            },
-            "per_node": self.per_node,
-        }
-
 
 class Estimates:
     """Expected execution time per function, cold start per (function, node), overhead per node."""

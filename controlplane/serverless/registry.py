@@ -30,6 +30,7 @@ class FunctionRegistry:
     def __init__(self, hub: FunctionHost) -> None:
         self.hub = hub
         self.specs: dict[str, dict[int, FunctionSpec]] = {}  # name -> version -> spec
+        self.loaded = False  # specs hold the store's functions (before: none is known to be gone)
         # Registrations and deletions of one hub in turn: a version number is read, then written.
         self._lock = asyncio.Lock()
 
@@ -37,6 +38,7 @@ class FunctionRegistry:
         """Read the versions that are not deleted from the store (at the hub's start)."""
         for row in await s.scalars(select(FunctionRow).where(FunctionRow.deleted.is_(False))):
             self.specs.setdefault(row.name, {})[row.version] = FunctionSpec.from_stored(row.spec)
+        self.loaded = True
 
     async def register(self, spec: FunctionSpec) -> tuple[FunctionSpec, bool]:
         """Store a version; returns (the stored spec, created). Same content again is not a new version.

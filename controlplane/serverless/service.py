@@ -32,11 +32,13 @@ from edgeplane_contract.messages import FunctionCode, FunctionInstance, PrewarmA
 
 from controlplane.hub.nodes import FunctionHost
 from controlplane.serverless.estimates import Estimates, FunctionStats
+from controlplane.serverless.history import InvocationHistory
 from controlplane.serverless.invoke import Invoker
 from controlplane.serverless.keepalive import Policy
 from controlplane.serverless.outcome import InvocationOutcome
 from controlplane.serverless.records import InvocationRecords
 from controlplane.serverless.registry import FunctionRegistry
+from controlplane.serverless.retire import Retirements
 from controlplane.serverless.settings import ServerlessSettings
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.serverless.warmth import Warmth
@@ -84,6 +86,8 @@ class FunctionService:
             on_outcome=on_outcome,
         )
         self.records = InvocationRecords(hub, registry=self.registry, invoker=self.invoker, spawn=self._spawn)
+        self.retirements = Retirements(hub, self.registry, self._spawn)
+        self.history = InvocationHistory(hub, self.counters, retention_s=self.settings.invocation_retention_s)
         # The collaborators' state, under the names the hub, the API and tests read.
         self.specs = self.registry.specs
         self.instances = self.warmth.instances
@@ -101,6 +105,7 @@ class FunctionService:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._spawn(self.history.loop())
         async with self.hub.store.session() as s:
             await self.registry.load(s)
             in_flight, functions = await self.records.resume(s)
@@ -115,6 +120,7 @@ class FunctionService:
         self.warmth.stop()
         for task in list(self._tasks):
             await stop_task(task)
+        await self.history.flush()
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)
@@ -126,6 +132,7 @@ class FunctionService:
 
     def update_instances(self, node: str, instances: list[FunctionInstance]) -> None:
         self.warmth.update_instances(node, instances)
+        self.retirements.heard(node, instances)
 
     def node_lost(self, node: str) -> None:
         self.warmth.node_lost(node)
@@ -143,6 +150,7 @@ class FunctionService:
         await self.registry.delete(name)
         self.stats.pop(name, None)
         self.warmth.cancel_prewarm(name)
+        self.retirements.deleted(name, self.warmth.instances)
 
     @staticmethod
     def code_of(spec: FunctionSpec) -> FunctionCode:
@@ -154,10 +162,12 @@ class FunctionService:
 
     # --- invocation -----------------------------------------------------------------------
 
-    async def invoke(
-        self, name: str, event: Any, *, version: int | None = None, invocation_id: str | None = None
-    ) -> InvocationOutcome:
-        return await self.invoker.invoke(name, event, version=version, invocation_id=invocation_id)
+    async def invoke(self, name: str, event: Any, *, version: int | None = None) -> InvocationOutcome:
+        """A synchronous invocation; its record is kept (``history``) for ``/v1/invocations/{id}``."""
+        started_at = time.time()
+        outcome = await self.invoker.invoke(name, event, version=version)
+        self.history.add(outcome, started_at)
+        return outcome
 
     def _apply_result(
         self, outcome: InvocationOutcome, data: bytes, sent: float, spec: FunctionSpec, node: str
@@ -180,39 +190,3 @@ class FunctionService:
     ) -> tuple[InvocationOutcome | None, InvocationRow]:
         """A synchronous invocation under an Idempotency-Key (see :meth:`InvocationRecords.invoke_once`)."""
         return await self.records.invoke_once(name, event, version=version, idempotency_key=idempotency_key)
-
-    # --- views for the API ----------------------------------------------------------------
-
-    def function_json(self, name: str) -> dict[str, Any]:
-        spec = self.resolve(name)
-        now = time.time()
-        instances = [
-            {
-                "node": node,
-                "instance_id": i.instance_id,
-                "version": i.version,
-                "state": i.state,
-                "in_flight": i.in_flight,
-                "age_s": round(now - i.started_at, 3) if i.started_at else None,
-                "idle_s": round(now - i.last_used_at, 3) if i.state == "idle" and i.last_used_at else None,
-                "keep_alive_s": i.keep_alive_s,
-                "cold_start_ms": round(i.cold_start_ms, 3),
-            }
-            for node, known in sorted(self.instances.items())
-            for i in known.values()
-            if i.function == name
-        ]
-        window = self.policy.keepalive.release_window(name, asyncio.get_running_loop().time())
-        return {
-            "name": name,
-            "version": spec.version,
-            "versions": sorted(self.specs[name]),
-            "spec": spec.to_dict(),
-            "instances": instances,
-            "stats": self.stats.get(name, FunctionStats()).to_dict(),
-            "policy": {
-                "name": self.policy.name,
-                "keep_alive_s": window.keep_alive_s,
-                "prewarm_after_s": window.prewarm_s,
-            },
-        }

@@ -17,3 +17,5 @@ class ServerlessSettings:
     energy: EnergyWeights = field(default_factory=EnergyWeights)
     battery_keep_alive_factor: float = 0.5  # battery nodes keep idle instances this fraction as long
     max_keep_alive_s: float = 4 * 3600.0
+    # Finished invocations (results, errors, timings) are kept this long for /v1/invocations/{id}.
+    invocation_retention_s: float = 86400.0

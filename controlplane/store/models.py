@@ -134,8 +134,9 @@ class FunctionRow(Base):
 
 
 class InvocationRow(Base):
-    """An asynchronous invocation (``?async=1``), or a synchronous one with an Idempotency-Key:
-    queued, then its result."""
+    """An invocation: asynchronous (``?async=1``) or synchronous with an Idempotency-Key (queued,
+    then its result), or any other synchronous one once it finished (written behind,
+    ``serverless/history.py``); finished ones are deleted after ``invocation_retention_s``."""
 
     __tablename__ = "invocations"
 

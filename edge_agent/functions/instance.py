@@ -113,7 +113,7 @@ async def start_worker(
             worker["PYTHONPATH"] += os.pathsep + code.env["PYTHONPATH"]
         edgeplane.update(worker)
     try:
-        with stderr_path.open("wb") as stderr:
+        with stderr_path.open("ab") as stderr:  # O_APPEND: the agent may trim it (edge_agent/logs.py)
             process = await asyncio.create_subprocess_exec(
                 *worker_argv(code, sandbox, confinement),
                 stdin=asyncio.subprocess.PIPE,

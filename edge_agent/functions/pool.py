@@ -415,6 +415,21 @@ class FunctionPool:
             started += 1
         return started
 
+    async def retire(self, function: str) -> tuple[int, int]:
+        """A deleted function: stop its idle instances now; busy ones finish their invocation and
+        go at the next eviction pass (keep-alive 0). Returns (stopped, draining)."""
+        stopped = draining = 0
+        for instance in list(self.instances.values()):
+            if instance.code.name != function:
+                continue
+            instance.keep_alive_s = 0.0
+            if instance.state == "idle":
+                await self.stop_instance(instance, "function deleted")
+                stopped += 1
+            else:
+                draining += 1
+        return stopped, draining
+
     async def evict_expired(self) -> int:
         """Stop idle instances past their keep-alive, and instances over their memory size."""
         now = time.time()

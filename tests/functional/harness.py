@@ -21,6 +21,7 @@ from edgeplane_contract.credentials import ensure_seed, public_key_of
 from controlplane.api.auth import AuthSettings
 from controlplane.bus.authority import NatsAuthority
 from controlplane.bus.nats_auth import ServerTls
+from controlplane.extender.settings import ExtenderSettings
 from controlplane.federation.config import FederationConfig, single_cluster
 from controlplane.hub.runner import RunningHub, start_hub
 from controlplane.hub.service import HubSettings
@@ -171,11 +172,13 @@ async def running_hub(
     *,
     auth: AuthSettings | None = None,
     nats_authority: NatsAuthority | None = None,
+    extender: ExtenderSettings | None = None,
     **overrides: Any,
 ) -> AsyncIterator[tuple[RunningHub, Api]]:
     """A hub with its API; the client sends an admin token (``Api.session``'s default header).
 
-    ``nats_authority``: the hub enrols nodes (``POST /v1/join``) and keeps that server's users."""
+    ``nats_authority``: the hub enrols nodes (``POST /v1/join``) and keeps that server's users.
+    ``extender``: the hub serves the Kubernetes scheduler extender too."""
     running = await start_hub(
         hub_settings(nats_url, federation, **overrides),
         database_url=database_url,
@@ -183,6 +186,7 @@ async def running_hub(
         port=0,
         auth=auth,
         nats_authority=nats_authority,
+        extender=extender,
     )
     try:
         admin = await IdentityStore(running.hub.store).create_api_token("test-admin", ["admin"])

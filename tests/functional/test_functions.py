@@ -57,6 +57,13 @@ async def test_the_first_call_is_cold_the_second_warm_and_the_result_is_the_hand
         assert headers["X-Edgeplane-Cold-Start"] == "false"
         assert float(headers["X-Edgeplane-Cold-Start-Ms"]) == 0
         assert float(headers["X-Edgeplane-Total-Ms"]) >= float(headers["X-Edgeplane-Exec-Ms"])
+        # The id a synchronous answer names can be looked up, at once and after it is written.
+        invocation = headers["X-Edgeplane-Invocation-Id"]
+        for _ in range(2):
+            record = await api.get(f"/v1/invocations/{invocation}")
+            assert record["status"] == "Succeeded" and record["result"] == {"again": True}
+            assert record["node"] == "f1" and record["cold_start"] is False
+            await asyncio.sleep(1.0)  # past the write-behind flush
         function = await api.get("/v1/functions/echo")
         assert function["stats"]["invocations"] == 2 and function["stats"]["cold_starts"] == 1
         assert function["stats"]["cold_start_rate"] == 0.5
@@ -466,3 +473,36 @@ async def test_a_retry_of_an_invocation_that_never_started_runs_it(nats_server, 
             status, body = await api.call("POST", "/v1/functions/huge/invoke", 1)
             assert status == 503 and body["error"]["code"] == "no_capacity"
             assert "0/1 nodes are available: 1 node has too little memory" in body["error"]["message"]
+
+
+async def test_deleting_a_function_stops_its_warm_instances_on_the_nodes(nats_server, sqlite_url, tmp_path):
+    """Warm workers of a deleted function go at once, not when their keep-alive runs out."""
+    async with (
+        running_hub(nats_server.url, sqlite_url, function_policy="fixed-10m") as (hub, api),
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS) as agents,
+    ):
+        await _register(api, ECHO)
+        status, _, _ = await _invoke(api, "echo", 1)
+        assert status == 200
+        pool = agents[0].agent.functions
+        assert [i.code.name for i in pool.instances.values()] == ["echo"]
+        pids = [i.process.pid for i in pool.instances.values()]
+        status, _ = await api.call("DELETE", "/v1/functions/echo")
+        assert status in (200, 202)
+        await wait_for(lambda: _async(len(pool.instances)), lambda n: n == 0, timeout=10)
+        for pid in pids:
+            await wait_for(lambda pid=pid: _async(_alive(pid)), lambda alive: not alive, timeout=10)
+        # The hub forgets them at the next heartbeat.
+        await wait_for(lambda: _async(hub.hub.functions.instances.get("f1", {})), lambda known: not known)
+
+
+async def _async(value):
+    return value
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except OSError:
+        return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -292,7 +293,10 @@ async def test_join_tokens_are_single_use_short_lived_and_bound_to_their_cluster
         ]  # fmt: skip
 
 
-async def test_a_revoked_node_is_dropped_and_cannot_connect_again(secured: SecuredNats, sqlite_url, tmp_path):
+async def test_a_revoked_node_is_dropped_and_cannot_connect_again(
+    secured: SecuredNats, sqlite_url, tmp_path, caplog
+):
+    caplog.set_level(logging.WARNING, logger="edgeplane.nats")
     async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (running, api):
         seed, _ = await _enrol(running, "edge-1")
         async with running_agents(
@@ -314,8 +318,11 @@ async def test_a_revoked_node_is_dropped_and_cannot_connect_again(secured: Secur
             # The server closed the connection it had, and the agent's reconnects are refused.
             nc = agents[0].agent._nc
             await wait_for(lambda: _value(nc is None or not nc.is_connected), bool, timeout=10)
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.5)
             assert (await api.get("/v1/nodes/edge-1"))["status"] == "NotReady"
+            # The refused reconnects (every half second) are said once, with what to do.
+            refused = [r.getMessage() for r in caplog.records if "Authorization Violation" in r.getMessage()]
+            assert len(refused) == 1 and "must enrol again" in refused[0], refused
         status, missing = await api.call("DELETE", "/v1/nodes/nobody")
         assert status == 404 and missing["error"]["field"] == "name"
 

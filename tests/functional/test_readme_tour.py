@@ -2,13 +2,15 @@
 current directory (relative data dir), then the README's own curl commands, run by bash.
 
 Only the port is changed (a free one instead of 8080); commands that need an id the user would
-paste (``ID``) are left out.
+paste (``ID``) are left out. The client commands (``controlplane get`` ...) read the client config
+that ``up`` wrote in the same directory.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -73,7 +75,10 @@ def test_the_readme_tour_works_as_written_from_a_fresh_directory(tmp_path):
         while len([n for n in _get(base, "/v1/nodes", token)["items"] if n["status"] == "Ready"]) < 3:
             assert time.monotonic() < deadline, "3 agents did not become Ready"
             time.sleep(0.2)
-        commands = [c for c in _tour_commands() if "/ID" not in c]
+        client_config = cwd / ".edgeplane" / "client.yaml"
+        assert client_config.stat().st_mode & 0o777 == 0o600
+        assert f"url: {base}\n" in client_config.read_text()
+        commands = [c for c in _tour_commands() if not re.search(r"[/ ]ID\b", c)]
         assert len(commands) >= 9, commands
         prefix = commands[0]  # export H=...
         for command in commands[1:]:
@@ -98,6 +103,14 @@ def test_the_readme_tour_works_as_written_from_a_fresh_directory(tmp_path):
             time.sleep(0.2)
         invoke = next(out for cmd, out in outputs.items() if "/invoke" in cmd)
         assert "HTTP/1.1 200" in invoke and invoke.rstrip().endswith('{"hi": 1}'), invoke
+        nodes = next(out for cmd, out in outputs.items() if cmd.startswith("controlplane get nodes"))
+        assert sorted(line.split()[0] for line in nodes.splitlines()[1:]) == ["edge-1", "edge-2", "edge-3"]
+        applied = next(out for cmd, out in outputs.items() if cmd.startswith("controlplane apply"))
+        assert applied.startswith("workload/hello-cli created (id "), applied
+        assert (
+            next(out for cmd, out in outputs.items() if cmd.startswith("controlplane invoke"))
+            == '{"hi": 1}\n'
+        )
         echo = _get(base, "/v1/functions/echo", token)
         assert echo["name"] == "echo"
     finally:

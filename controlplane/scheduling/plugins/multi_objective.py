@@ -18,6 +18,7 @@ from edgeplane_contract.objective import IO_HEAVY_KINDS, RewardConfig, RewardInp
 
 from controlplane.scheduling.actions import Candidates
 from controlplane.scheduling.data_transfer import transfer_seconds
+from controlplane.scheduling.explanation import CandidateExtras, RewardTerms
 from controlplane.scheduling.framework import MAX_NODE_SCORE, STATE_NOW, CycleState, FloatArray, Handle, clip
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.plugins.args import decode_args
@@ -102,22 +103,22 @@ class MultiObjective:
         """Its battery rule is the reward's ``adaptive`` block (the EnergyRuled capability)."""
         return self.config
 
-    def explain_candidate(self, state: CycleState, k: int) -> dict[str, Any]:
+    def explain_candidate(self, state: CycleState, k: int) -> CandidateExtras | None:
         """The reward terms of candidate ``k`` from this cycle's score (CandidateExplainer)."""
         terms = state.get(STATE_TERMS)
         if terms is None:
-            return {}
-        return {
-            "reward": {
-                "total": float(terms.total[k]),
-                "R_util": float(terms.util[k]),
-                "R_qos": float(terms.qos[k]),
-                "R_energy": float(terms.energy[k]),
-                "R_penalty": float(terms.penalty[k]),
-                "w3_effective": float(terms.w_energy[k]),
-                "predicted_latency_s": float(terms.predicted_latency_s[k]),
-            }
-        }
+            return None
+        return CandidateExtras(
+            reward=RewardTerms(
+                total=float(terms.total[k]),
+                util=float(terms.util[k]),
+                qos=float(terms.qos[k]),
+                energy=float(terms.energy[k]),
+                penalty=float(terms.penalty[k]),
+                w3_effective=float(terms.w_energy[k]),
+                predicted_latency_s=float(terms.predicted_latency_s[k]),
+            )
+        )
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> MultiObjective:

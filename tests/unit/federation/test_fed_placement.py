@@ -125,7 +125,7 @@ def test_two_level_placement_spreads_replicas_over_clusters():
     d = s.schedule(WorkloadRequest("w", resources=ResourceRequest(cpu=2, memory=GiB), replicas=4))
     assert d.scheduled
     assert len({p.cluster for p in d.placements}) >= 2
-    assert d.explanation["cluster_plan"]["assignments"] == [p.cluster for p in d.placements]
+    assert d.explanation.scope.cluster_plan.assignments == [p.cluster for p in d.placements]
 
 
 def test_cluster_affinity_holds_at_both_levels():
@@ -146,7 +146,7 @@ def test_failover_replaces_replicas_of_an_unavailable_cluster():
     (redo,) = s.failover({down})
     assert sorted(p.replica for p in redo.placements) == moved
     assert all(p.placed and p.cluster != down for p in redo.placements)
-    assert redo.explanation["failover_from"] == [down]
+    assert redo.explanation.failover_from == (down,)
     assert all(a.node.split("-")[0] != down for a in s.ledger)
     # New work avoids the unavailable cluster until it is back.
     d2 = s.schedule(WorkloadRequest("x", resources=ResourceRequest(cpu=1, memory=GiB), replicas=6))

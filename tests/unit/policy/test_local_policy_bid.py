@@ -128,8 +128,8 @@ def test_batched_bids_equal_the_agents_own_decisions_node_by_node(monkeypatch: p
     for request in requests:
         decision = sched.schedule(request, enqueue=False)
         assert decision.scheduled
-        chosen = decision.explanation["replicas"][0]["chosen"]
-        assert "LocalPolicyBid" in chosen["plugins"] and "reward" in chosen
+        chosen = decision.explanation.replicas[0].chosen
+        assert "LocalPolicyBid" in chosen.plugins and chosen.reward is not None
     assert len(seen) == len(requests)
     checked = 0
     for entry in seen:
@@ -202,8 +202,8 @@ def test_a_declining_node_is_never_chosen(monkeypatch: pytest.MonkeyPatch) -> No
         decision = sched.schedule(request, enqueue=False)
         node = decision.placements[0].node
         assert node in ("b", "c"), decision.explanation
-        alternatives = decision.explanation["replicas"][0]["alternatives"]
-        assert "a" not in [e["node"] for e in alternatives]
+        alternatives = decision.explanation.replicas[0].alternatives
+        assert "a" not in [e.node for e in alternatives]
         sched.release(request.id)
     assert plugin.stats["declines"] == 20 and plugin.stats["fallbacks"] == 0
 
@@ -222,10 +222,10 @@ def test_when_every_node_declines_the_reward_decides(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(plugin.policy, "outputs", outputs)
     decision = sched.schedule(_service(), enqueue=False)
     assert decision.scheduled and decision.placements[0].node == "a"
-    replica = decision.explanation["replicas"][0]
-    for entry in [replica["chosen"], *replica["alternatives"]]:
-        assert entry["plugins"]["LocalPolicyBid"]["raw"] == pytest.approx(entry["reward"]["total"])
-    assert len(replica["alternatives"]) == 1  # nothing excluded
+    replica = decision.explanation.replicas[0]
+    for entry in [replica.chosen, *replica.alternatives]:
+        assert entry.plugins["LocalPolicyBid"].raw == pytest.approx(entry.reward.total)
+    assert len(replica.alternatives) == 1  # nothing excluded
     assert plugin.stats["fallbacks"] == 1
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from edgeplane_contract.objective import AdaptiveWeights, RewardConfig, RewardWeights
 
+from controlplane.scheduling.explanation import CandidateExtras
 from controlplane.scheduling.plugins.registry import REGISTRY, register
 
 CORE = Path(__file__).resolve().parents[3] / "controlplane" / "scheduling"
@@ -45,7 +46,7 @@ class _Scored:
         return self.config
 
     def explain_candidate(self, state, k):
-        return {"test": k}
+        return CandidateExtras(terms={"test": k})
 
 
 @pytest.fixture
@@ -64,14 +65,14 @@ def test_an_unknown_plugin_with_the_capabilities_drives_reward_battery_and_expla
     assert sched.battery_aware
     assert sched.energy_weights(["nope"]).tolist() == [0.7]
     decision = sched.schedule(mk.request("w"))
-    assert decision.explanation["replicas"][0]["chosen"]["test"] == 0
+    assert decision.explanation.to_dict()["replicas"][0]["chosen"]["test"] == 0
 
 
 def test_without_a_resource_fit_reporter_the_core_masks_resources_under_the_same_label(mk):
     sched = mk.scheduler({"name": "t", "plugins": ["NodeReady"]}, [mk.cpu_node("a", cpu=4)])
     decision = sched.schedule(mk.request("w", cpu=8), enqueue=False)
     assert not decision.status.ok
-    masked = decision.explanation["replicas"][0]["actions"]["masked_by"]
+    masked = decision.explanation.replicas[0].mask.masked_by
     assert any(key.startswith("NodeResourcesFit: ") for key in masked)
     assert sched.plugins.fit_builtin
     assert not mk.scheduler("default").plugins.fit_builtin

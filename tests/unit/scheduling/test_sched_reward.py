@@ -106,7 +106,7 @@ def test_scheduler_reward_of_matches_the_plugin_score(mk):
     s = mk.scheduler("edgeplane", nodes=[mk.cpu_node("a"), mk.cpu_node("b")])
     req = mk.request("w", cpu=4, mem_gib=8, kind="service", sla_latency_s=30, expected_runtime_s=10)
     d = s.schedule(req)
-    chosen = d.explanation["replicas"][0]["chosen"]
+    chosen = d.explanation.replicas[0].chosen
     s.release("w")
-    again = s.reward_of(req, chosen["node"], d.placements[0].assignment)
-    assert again.total == pytest.approx(chosen["reward"]["total"])
+    again = s.reward_of(req, chosen.node, d.placements[0].assignment)
+    assert again.total == pytest.approx(chosen.reward.total)

@@ -16,7 +16,7 @@ def test_a_decision_names_node_assignment_and_explains_itself(mk):
     assert d.scheduled and d.status.code == Code.SUCCESS
     (p,) = d.placements
     assert p.node == "g" and p.assignment.mig[0].profile == "2g.10gb"
-    rep = d.explanation["replicas"][0]
+    rep = d.explanation.to_dict()["replicas"][0]
     assert rep["actions"]["total"] == 5 + 6  # five CPU nodes (masked) + 2 GPUs x 3 starts
     assert rep["actions"]["remaining"] == 6
     assert rep["actions"]["masked"] == 5
@@ -31,9 +31,9 @@ def test_a_decision_names_node_assignment_and_explains_itself(mk):
 def test_alternatives_are_the_next_best_nodes(mk):
     s = mk.scheduler("default", nodes=[mk.cpu_node(f"n{i}") for i in range(6)])
     d = s.schedule(mk.request("w"))
-    rep = d.explanation["replicas"][0]
-    assert len(rep["alternatives"]) == 3
-    scores = [rep["chosen"]["score"]] + [a["score"] for a in rep["alternatives"]]
+    rep = d.explanation.replicas[0]
+    assert len(rep.alternatives) == 3
+    scores = [rep.chosen.score] + [a.score for a in rep.alternatives]
     assert scores == sorted(scores, reverse=True)
 
 
@@ -149,7 +149,7 @@ def test_fragment_merge_moves_a_batch_slice_to_free_a_whole_gpu(mk):
     (move,) = d.migrations
     assert move.workload_id == "b" and move.new.mig[0].gpu == 1
     assert d.placements[0].assignment.mig == (MigSlice(0, "7g.40gb", 0),)
-    assert d.explanation["replicas"][0]["post_filter"]["plugin"] == "GpuFragmentation"
+    assert d.explanation.replicas[0].post_filter.plugin == "GpuFragmentation"
 
 
 def test_fragment_merge_leaves_latency_sensitive_slices_alone(mk):
@@ -233,7 +233,7 @@ def test_same_seed_same_tie_breaks(mk):
 def test_kube_sampling_scores_a_share_of_large_fleets(mk, profile):
     s = mk.scheduler(profile, nodes=[mk.cpu_node(f"n{i:03d}") for i in range(500)])
     d = s.schedule(mk.request("w"))
-    scored = d.explanation["replicas"][0]["nodes"]["scored"]
+    scored = d.explanation.replicas[0].nodes.scored
     # default: percentageOfNodesToScore adaptive = 50 - 500/125 = 46% -> 230 nodes
     assert scored == (230 if profile == "default" else 500)
 

@@ -118,3 +118,27 @@ def test_latency_percentiles_interpolate_like_numpy() -> None:
     samples = [float(x) for x in np.random.default_rng(3).exponential(40, 257)]
     for q in (0.5, 0.9, 0.99):
         assert FunctionStats.percentile(deque(samples), q) == round(float(np.percentile(samples, q * 100)), 3)
+
+
+def test_instances_of_deleted_functions_are_retired_once_per_resend_period() -> None:
+    from types import SimpleNamespace as NS
+
+    from controlplane.serverless.retire import Retirements
+
+    spawned: list[object] = []
+
+    def spawn(coro: object) -> None:
+        spawned.append(coro)
+        coro.close()  # type: ignore[attr-defined]
+
+    registry = NS(loaded=False, specs={"kept": {1: None}})
+    retirements = Retirements(NS(), registry, spawn, resend_s=60)  # type: ignore[arg-type]
+    gone, kept = _instance("a"), _instance("b")
+    gone.function, kept.function = "gone", "kept"
+    retirements.heard("n1", [gone, kept])
+    assert spawned == []  # before the registry is loaded, no function is known to be gone
+    registry.loaded = True
+    retirements.heard("n1", [gone, kept])
+    retirements.heard("n1", [gone, kept])  # again within resend_s: not sent twice
+    retirements.heard("n2", [gone])
+    assert len(spawned) == 2

@@ -1,0 +1,115 @@
+"""The API's response bodies, one frozen dataclass each, built from store rows (``X.of(...)``) and
+written with :func:`to_json`. The OpenAPI document's response schemas are generated from these same
+types (``controlplane.schema.type_schema``): each class in :data:`RESPONSE_MODELS` is the component
+of its name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controlplane.api.views.base import iso, to_json
+from controlplane.api.views.events import Event, EventPage, Health
+from controlplane.api.views.functions import (
+    Deleted,
+    Function,
+    FunctionCounters,
+    FunctionInstance,
+    FunctionList,
+    Invocation,
+    KeepAlive,
+    Percentiles,
+    Queued,
+)
+from controlplane.api.views.nodes import (
+    Cluster,
+    ClusterList,
+    JoinReply,
+    Node,
+    NodePage,
+    NodePower,
+    Revoked,
+    RevokedNode,
+    RevokedUnknownNode,
+)
+from controlplane.api.views.workloads import (
+    Placement,
+    PlacementDecision,
+    PlacementExplanation,
+    Workload,
+    WorkloadPage,
+)
+from controlplane.hub.spec import WorkloadSpec
+from controlplane.serverless.spec import FunctionSpec
+from controlplane.typeschema import type_schema
+
+__all__ = [
+    "RESPONSE_MODELS",
+    "Cluster",
+    "ClusterList",
+    "Deleted",
+    "Event",
+    "EventPage",
+    "Function",
+    "FunctionList",
+    "Health",
+    "Invocation",
+    "JoinReply",
+    "Node",
+    "NodePage",
+    "Placement",
+    "PlacementExplanation",
+    "Queued",
+    "Revoked",
+    "RevokedNode",
+    "RevokedUnknownNode",
+    "Workload",
+    "WorkloadPage",
+    "iso",
+    "response_schema",
+    "response_schemas",
+    "to_json",
+]
+
+RESPONSE_MODELS: tuple[type, ...] = (
+    Health,
+    Cluster,
+    ClusterList,
+    NodePower,
+    Node,
+    NodePage,
+    RevokedNode,
+    RevokedUnknownNode,
+    JoinReply,
+    Placement,
+    Workload,
+    WorkloadPage,
+    PlacementDecision,
+    PlacementExplanation,
+    FunctionInstance,
+    Percentiles,
+    FunctionCounters,
+    KeepAlive,
+    Function,
+    FunctionList,
+    Deleted,
+    Queued,
+    Invocation,
+    Event,
+    EventPage,
+)
+# The stored specs a response carries have components of their own (openapi.py adds them).
+_COMPONENTS: dict[Any, str] = {
+    **{model: model.__name__ for model in RESPONSE_MODELS},
+    WorkloadSpec: "StoredWorkloadSpec",
+    FunctionSpec: "StoredFunctionSpec",
+}
+
+
+def response_schema(tp: Any) -> dict[str, Any]:
+    """JSON Schema of ``tp`` (a response model, or a union of them), other models as references."""
+    return type_schema(tp, _COMPONENTS)
+
+
+def response_schemas() -> dict[str, Any]:
+    """The component schema of every response model, by class name."""
+    return {model.__name__: response_schema(model) for model in RESPONSE_MODELS}

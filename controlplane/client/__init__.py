@@ -1,0 +1,3 @@
+"""The ``controlplane`` client commands' library: the config file (``config``), the HTTP calls
+(``http``), API documents from files (``documents``), tables and describe pages (``render``,
+``tables``, ``describe``) and the verbs themselves (``verbs``)."""
