@@ -20,7 +20,7 @@ The object holds no locks: callers serialise calls (the hub from its event loop)
 :mod:`.cycle` (one cycle per replica) with :mod:`.explain`, :mod:`.placement` (a workload's
 replicas, post-filters, gangs) with :mod:`.commit` (reserve/bind, rollback),
 :mod:`.federation_plan` (clusters), :mod:`.pending` (waiting work) and :mod:`.reward`.
-About 420 lines: the facade's public API, each method a short delegation with its contract.
+About 440 lines: the facade's public API, each method a short delegation with its contract.
 """
 
 from __future__ import annotations
