@@ -42,6 +42,7 @@ import numpy as np
 from edgeplane_contract.arrays import FloatArray, clip
 
 __all__ = [
+    "INTERFERENCE_MODES",
     "IO_HEAVY_KINDS",
     "KIND_SENSITIVITY",
     "AdaptiveWeights",
@@ -57,9 +58,12 @@ __all__ = [
 ]
 
 # How much a replica of each kind suffers from CPU contention on its node (0: not at all,
-# 1: its runtime stretches one-for-one with the contention). Latency-sensitive work suffers
-# most; throughput batch jobs least. Used to account the "who gets hurt" on each node.
-KIND_SENSITIVITY: dict[str, float] = {"service": 1.0, "function": 1.0, "analytics": 0.5, "batch": 0.3}
+# 1: its runtime stretches one-for-one with the contention). A flat, deliberately uninformed
+# prior: the true figures depend on hardware and neighbours, and a profile with
+# ``interference: learned`` replaces them (and the knee, and io_penalty) with what
+# controlplane/scheduling/interference.py fits from observed runtimes.
+KIND_SENSITIVITY: dict[str, float] = {"service": 0.6, "function": 0.6, "analytics": 0.6, "batch": 0.6}
+INTERFERENCE_MODES = ("fixed", "learned")
 IO_HEAVY_KINDS = frozenset({"analytics"})
 
 
@@ -88,8 +92,9 @@ class RewardConfig:
 
     weights: RewardWeights = field(default_factory=RewardWeights)
     adaptive: AdaptiveWeights = field(default_factory=AdaptiveWeights)
-    # CPU utilisation above which co-located work starts to slow down (end of the efficient range).
-    knee: float = 0.70
+    # CPU utilisation above which co-located work starts to slow down (end of the efficient range):
+    # a prior, learned online with ``interference: learned``.
+    knee: float = 0.80
     # Predicted latency must stay under margin * SLA before the QoS term is satisfied.
     sla_margin: float = 0.85
     slowdown_weight: float = 0.5
@@ -101,6 +106,9 @@ class RewardConfig:
     default_runtime_s: Mapping[str, float] = field(
         default_factory=lambda: {"service": 60.0, "function": 5.0, "batch": 1800.0, "analytics": 900.0}
     )
+    # "fixed": knee, sensitivity and io_penalty as configured; "learned": those are the prior of
+    # the scheduler's online interference estimator, which replaces them as observations arrive.
+    interference: str = "fixed"
 
     @classmethod
     def from_dict(cls, body: Mapping[str, Any] | None) -> RewardConfig:
@@ -117,6 +125,7 @@ class RewardConfig:
             "battery_floor_percent",
             "sensitivity",
             "default_runtime_s",
+            "interference",
         }
         unknown = set(body) - allowed
         if unknown:
@@ -148,6 +157,10 @@ class RewardConfig:
             raise ValueError("knee must be between 0 and 1")
         if "sensitivity" in body:
             cfg = replace(cfg, sensitivity={**cfg.sensitivity, **body["sensitivity"]})
+        if "interference" in body:
+            if body["interference"] not in INTERFERENCE_MODES:
+                raise ValueError(f"interference must be one of {', '.join(INTERFERENCE_MODES)}")
+            cfg = replace(cfg, interference=str(body["interference"]))
         if "default_runtime_s" in body:
             cfg = replace(cfg, default_runtime_s={**cfg.default_runtime_s, **body["default_runtime_s"]})
         return cfg

@@ -37,12 +37,17 @@ import numpy as np
 from edgeplane_contract.mig import MIG_SPECS, legal_starts
 from edgeplane_contract.objective import (
     IO_HEAVY_KINDS,
-    KIND_SENSITIVITY,
     AdaptiveWeights,
     RewardConfig,
     RewardWeights,
 )
-from edgeplane_contract.policy.features import NodeView, Offer, mig_free_from_occupancy
+from edgeplane_contract.policy.features import (
+    KNEE,
+    TRAINING_SENSITIVITY,
+    NodeView,
+    Offer,
+    mig_free_from_occupancy,
+)
 from edgeplane_contract.policy.weights import DEFAULT_WEIGHTS, Weights, effective_weights
 from edgeplane_contract.power import PowerModel
 from edgeplane_contract.resources import NODE_TYPES as MODEL_NODE_TYPES
@@ -60,7 +65,10 @@ __all__ = [
 EVAL_SEED_BASE = 10_000
 
 _UNIT_CONFIG = RewardConfig(
-    weights=RewardWeights(util=1.0, qos=1.0, energy=1.0, penalty=1.0), adaptive=AdaptiveWeights(enabled=False)
+    weights=RewardWeights(util=1.0, qos=1.0, energy=1.0, penalty=1.0),
+    adaptive=AdaptiveWeights(enabled=False),
+    knee=KNEE,
+    sensitivity=dict(TRAINING_SENSITIVITY),
 )
 
 
@@ -177,7 +185,7 @@ def _place(load: _Load, g: NodeGroup, cls: WorkloadClass, cpu: float, memory: fl
     load.cpu += cpu
     load.memory += memory
     load.replicas += 1
-    load.sens += KIND_SENSITIVITY.get(cls.kind, 1.0)
+    load.sens += TRAINING_SENSITIVITY.get(cls.kind, 1.0)
     load.io += cls.kind in IO_HEAVY_KINDS
     return True
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,9 +29,14 @@ class Allocation:
     kind: str = "service"
     request: WorkloadRequest | None = None
     seq: int = 0
+    # The contention sensitivity this replica was accounted with (set by Ledger.add), so its
+    # removal subtracts what its addition added even after the learned estimate moved.
+    applied_sensitivity: float | None = None
 
     @property
     def sensitivity(self) -> float:
+        if self.applied_sensitivity is not None:
+            return self.applied_sensitivity
         return KIND_SENSITIVITY.get(self.kind, 1.0)
 
     @property
@@ -49,6 +54,9 @@ class Ledger:
         self._by_workload: dict[str, dict[int, Allocation]] = {}
         self._seq = 0
         self._priorities: Counter[int] = Counter()
+        # Per kind: the sensitivity new replicas are accounted with (the scheduler's interference
+        # estimate replaces it when the profile learns; the reward's prior otherwise).
+        self.kind_sensitivity: Mapping[str, float] = KIND_SENSITIVITY
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -88,6 +96,8 @@ class Ledger:
             raise KeyError(f"replica {alloc.replica} of {alloc.workload_id!r} is already placed")
         self._seq += 1
         alloc.seq = self._seq
+        if alloc.applied_sensitivity is None:
+            alloc.applied_sensitivity = self.kind_sensitivity.get(alloc.kind, 1.0)
         row = self.table.index[alloc.node]
         self.table.apply(row, alloc.assignment, +1, sensitivity=alloc.sensitivity, io=alloc.io_heavy)
         self._by_key[key] = alloc

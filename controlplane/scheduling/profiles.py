@@ -20,8 +20,9 @@ A profile is a mapping (or a YAML file holding one)::
 
 A plugin takes part in every extension point it implements (like kube's ``multiPoint``).
 Built-in profiles: ``default`` (kube-scheduler's default scoring), ``binpack`` (Volcano's
-binpack), ``edgeplane`` (the multi-objective reward), ``edgeplane-fixed`` (the same with the
-adaptive energy weight switched off, for battery comparisons) and ``edgeplane-learned``
+binpack), ``edgeplane`` (the multi-objective reward, interference learned online),
+``edgeplane-static`` (its interference prior never updated), ``edgeplane-fixed`` (the same with
+the adaptive energy weight switched off, for battery comparisons) and ``edgeplane-learned``
 (``edgeplane`` with the edge agents' int8 local policy bidding in place of the reward score).
 :data:`FUNCTION_PROFILE` filters nodes for function instances (the function router scores them);
 it places no workload, so it is not among the profiles ``--scheduler`` takes.
@@ -109,9 +110,10 @@ _EDGEPLANE: dict[str, Any] = {
     "reward": {
         "weights": {"util": 1.0, "qos": 2.0, "energy": 1.0, "penalty": 4.0},
         "adaptive": {"enabled": True, "battery_multiplier": 4.0, "low_battery_gain": 3.0},
-        # 0.70: where published interference studies see co-located work start to slow down
-        # (the simulator's ground truth uses the same literature value, see docs/scheduling.md).
-        "knee": 0.70,
+        # A prior, not the simulator's figure: "edgeplane" learns knee and sensitivities online
+        # from observed runtimes (controlplane/scheduling/interference.py, docs/scheduling.md).
+        "knee": 0.80,
+        "interference": "learned",
         "sla_margin": 0.85,
         "slowdown_weight": 0.5,
         "battery_floor_percent": 15.0,
@@ -169,6 +171,8 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     "binpack": _VOLCANO_BINPACK,
     "edgeplane": _EDGEPLANE,
     "edgeplane-fixed": _variant(_EDGEPLANE, "edgeplane-fixed", {"adaptive": {"enabled": False}}),
+    # The same prior never updated: what the learning buys.
+    "edgeplane-static": _variant(_EDGEPLANE, "edgeplane-static", {"interference": "fixed"}),
     # The edge agents' int8 local policy deciding placement (controlplane/scheduling/plugins/
     # local_policy_bid.py): loads onnxruntime and the shipped model when it is loaded.
     "edgeplane-learned": _learned(_EDGEPLANE, "edgeplane-learned"),

@@ -20,7 +20,7 @@ The object holds no locks: callers serialise calls (the hub from its event loop)
 :mod:`.cycle` (one cycle per replica) with :mod:`.explain`, :mod:`.placement` (a workload's
 replicas, post-filters, gangs) with :mod:`.commit` (reserve/bind, rollback),
 :mod:`.federation_plan` (clusters), :mod:`.pending` (waiting work) and :mod:`.reward`.
-About 440 lines: the facade's public API, each method a short delegation with its contract.
+About 480 lines: the facade's public API, each method a short delegation with its contract.
 """
 
 from __future__ import annotations
@@ -42,6 +42,12 @@ from controlplane.scheduling.cycle import CycleRunner
 from controlplane.scheduling.federation_plan import cluster_aggregates
 from controlplane.scheduling.framework import FloatArray, Status
 from controlplane.scheduling.instrument import FrameworkRecorder, instrument, timed_attempt
+from controlplane.scheduling.interference import (
+    InterferenceEstimate,
+    InterferenceEstimator,
+    InterferencePrior,
+    LoadProfile,
+)
 from controlplane.scheduling.ledger import Allocation, Ledger
 from controlplane.scheduling.model import (
     Affinity,
@@ -133,6 +139,16 @@ class Scheduler:
         )
         self._filter_runners: dict[str, CycleRunner] = {}
         """Per other profile (e.g. ``functions``), a runner of its filters over this node table."""
+        cfg = self.plugins.reward_config
+        self.ledger.kind_sensitivity = dict(cfg.sensitivity)
+        self.interference: InterferenceEstimator | None = None
+        """The online interference estimator (profiles with ``reward.interference: learned``)."""
+        if cfg.interference == "learned":
+            self.interference = InterferenceEstimator(
+                InterferencePrior(knee=cfg.knee, sensitivity=dict(cfg.sensitivity), io_penalty=cfg.io_penalty)
+            )
+        self.interference_refresh = 25
+        """Observations between two refits of the estimate the scores use."""
 
     # -- the profile's plugins -------------------------------------------------------------
 
@@ -145,6 +161,27 @@ class Scheduler:
     def _reward_config(self) -> RewardConfig:
         # Kept for tests that compare a plugin's reward with the scheduler's (tests/unit/policy).
         return self.plugins.reward_config
+
+    def observe_runtime(self, kind: str, expected_s: float, observed_s: float, load: LoadProfile) -> None:
+        """A replica of ``kind`` finished in ``observed_s`` against ``expected_s`` alone, on a node
+        whose load while it ran was ``load`` (from the agent's report or the simulator's node).
+        Feeds the interference estimator; a no-op for profiles that do not learn."""
+        est = self.interference
+        if est is None or not est.observe(kind, expected_s, observed_s, load):
+            return
+        if len(est) % self.interference_refresh == 0:
+            self.use_interference(est.estimate())
+
+    def use_interference(self, estimate: InterferenceEstimate) -> None:
+        """Score and account new replicas with ``estimate`` (plugins that take one)."""
+        self.ledger.kind_sensitivity = {**self.ledger.kind_sensitivity, **estimate.sensitivity}
+        for plugin, _, _ in self.plugins.scorers:
+            use = getattr(plugin, "use_interference", None)
+            if use is not None:
+                use(estimate)
+        for plugin, _, _ in self.plugins.scorers:
+            if hasattr(plugin, "reward_config"):
+                self.plugins.reward_config = plugin.reward_config
 
     @property
     def battery_aware(self) -> bool:

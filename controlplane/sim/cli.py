@@ -27,6 +27,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=int, default=42, help="seed of the arrival sequence and all randomness"
     )
+    parser.add_argument(
+        "--physics-seed",
+        type=int,
+        default=None,
+        help="seed of the hidden physics (interference, estimate error, power curves); "
+        "default: the reference physics (seed 0), see docs/scheduling.md",
+    )
     parser.add_argument("--nodes", type=int, default=None, help="scale the preset to about this many nodes")
     parser.add_argument("--json", dest="json_path", default=None, help="write the results as JSON here")
     parser.add_argument("--plot", default=None, help="write a PNG plot here (needs the 'plot' extra)")
@@ -121,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         nodes=args.nodes,
         progress=progress,
+        physics_seed=args.physics_seed,
     )
     print(format_table(report))
     if "battery_comparison" in report:

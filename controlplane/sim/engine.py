@@ -20,7 +20,8 @@ the hub uses) and models what the scheduler cannot set:
 
 This module holds the event loop and the workload's life cycle; the fleet's physics (rates,
 power, batteries) is :mod:`.physics`, the power manager :mod:`.power_manager`, the raw record
-:mod:`.record` and its metrics :mod:`.metrics`.
+:mod:`.record` and its metrics :mod:`.metrics`, the hidden physics :mod:`.physics_params`.
+About 415 lines: one event loop and the task life cycle it drives, kept together.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from controlplane.scheduling.interference import LoadProfile
 from controlplane.scheduling.model import Assignment, Decision
 from controlplane.scheduling.scheduler import Scheduler
 from controlplane.scheduling.topology import TopologyGraph
@@ -49,6 +51,7 @@ from controlplane.sim.physics import (
     repower,
     vacate,
 )
+from controlplane.sim.physics_params import PhysicsParams, draw_physics
 from controlplane.sim.power_manager import PowerManager
 from controlplane.sim.presets import Preset
 from controlplane.sim.record import RunRecord
@@ -72,8 +75,12 @@ class Simulation:
         hours: float,
         seed: int,
         progress: Callable[[str, float, tuple[float, float]], None] | None = None,
+        physics: PhysicsParams | None = None,
     ) -> None:
         self.preset = preset
+        # The hidden physics (default: the preset's reference constants); the scheduler never
+        # sees it, only the runtimes it produces (see _observe).
+        self.truth = physics if physics is not None else draw_physics(preset, None)
         self.hours = hours
         self.seed = seed
         self.name = scheduler_name
@@ -93,7 +100,7 @@ class Simulation:
             ),
         )
         self.rng = np.random.default_rng([seed, 7])
-        self.nodes, places = build_fleet(preset, self.sched)
+        self.nodes, places = build_fleet(preset, self.sched, self.truth.power_specs)
         self.by_name = {node.name: node for node in self.nodes}
         self.network = Network(
             places, fed, np.random.default_rng([seed, 11]), congested_fraction=preset.congested_link_fraction
@@ -104,7 +111,7 @@ class Simulation:
         self.measured_resolved = 0
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq = 0
-        self.sens = dict(preset.contention.sensitivity)
+        self.sens = self.truth.sensitivity
         self.record = RunRecord(
             scheduler=scheduler_name,
             window_s=self.window[1] - self.window[0],
@@ -119,7 +126,7 @@ class Simulation:
             fleet_mem_t=sum(n.mem for n in self.nodes) * (self.window[1] - self.window[0]),
             gpu_t=0.0,
         )
-        self.physics = FleetPhysics(preset, self.window, self.record)
+        self.physics = FleetPhysics(preset, self.window, self.record, self.truth.contention)
         self.power = PowerManager(preset.power_manager, self.nodes, self.sched, self.physics, self._wake)
         for node in self.nodes:
             self.physics.update_battery_flag(node, 0.0)
@@ -242,8 +249,9 @@ class Simulation:
             task = self.tasks[move.workload_id]
             rep = task.placed.get(move.replica)
             if rep is not None:
-                rep.work_left = self._work(task, rep.node) + self.preset.contention.restart_penalty_s
+                rep.work_left = self._work(task, rep.node) + self.truth.contention.restart_penalty_s
                 rep.last = self.now
+                rep.observable = False
                 rep.assignment = move.new
                 rep.version += 1
                 self._push(self.now + rep.work_left / rep.rate, _FINISH, (rep, rep.version))
@@ -288,11 +296,25 @@ class Simulation:
         task = rep.task
         self._stop(rep)
         self.sched.release(task.spec.id, rep.index)
+        self._observe(rep)
         task.finished.add(rep.index)
         if len(task.finished) >= task.spec.request.replicas:
             task.done_at = self.now
             self._resolve(task)
         self._retry_pending()
+
+    def _observe(self, rep: SimReplica) -> None:
+        """Tell the scheduler what an agent would report at a replica's completion: its runtime,
+        the runtime it was expected to take alone (the request's estimate plus the input pull,
+        which the agent times separately) and its node's load while it ran."""
+        spec = rep.task.spec
+        expected = spec.request.expected_runtime_s
+        if not rep.observable or expected is None:
+            return
+        observed = self.now - rep.started
+        pull = max(0.0, rep.nominal_s - spec.runtime_s)
+        io_others = rep.io_t / observed if observed > 0 else 0.0
+        self.sched.observe_runtime(spec.kind, expected + pull, observed, LoadProfile(rep.load_t, io_others))
 
     def _on_giveup(self, task: SimTask) -> None:
         if task.resolved or task.full_start is not None:

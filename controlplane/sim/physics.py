@@ -8,7 +8,7 @@ is accounted into the run's :class:`~.record.RunRecord` over the measured window
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from edgeplane_contract.power import DEFAULT_POWER_SPECS, PowerSpec
 
@@ -21,6 +21,7 @@ from controlplane.sim.record import RunRecord
 from controlplane.sim.workload import TaskSpec
 
 __all__ = [
+    "LOAD_BINS",
     "FleetPhysics",
     "SimNode",
     "SimReplica",
@@ -32,6 +33,11 @@ __all__ = [
     "repower",
     "vacate",
 ]
+
+# The node's CPU allocation during a replica's life, as seconds spent in each of LOAD_BINS
+# equal-width bins of [0, 1]: what an agent sampling its node's load could report with the
+# replica's completion (the interference estimator's input; never the contention model).
+LOAD_BINS = 40
 
 _MIG_COMPUTE = {"1g.5gb": 1, "2g.10gb": 2, "3g.20gb": 3, "4g.20gb": 4, "7g.40gb": 7}
 
@@ -126,8 +132,12 @@ class SimReplica:
         "assignment",
         "index",
         "io",
+        "io_t",
         "last",
+        "load_t",
         "node",
+        "nominal_s",
+        "observable",
         "rate",
         "sens",
         "started",
@@ -152,12 +162,16 @@ class SimReplica:
         self.node = node
         self.assignment = assignment
         self.work_left = work
+        self.nominal_s = work  # seconds alone on an idle node, input pull included
         self.rate = 1.0
         self.last = now
         self.version = 0
         self.sens = sens
         self.io = io
         self.started = now
+        self.load_t = [0.0] * LOAD_BINS
+        self.io_t = 0.0  # integral of the other I/O-heavy replicas on the node over time
+        self.observable = True  # False once a move restarted it (its runtime no longer says much)
 
 
 class SimTask:
@@ -207,8 +221,13 @@ def repower(node: SimNode) -> None:
         )
 
 
-def build_fleet(preset: Preset, sched: Scheduler) -> tuple[list[SimNode], list[NodePlace]]:
-    """The preset's nodes in group order, each reported to ``sched``, and where each one is."""
+def build_fleet(
+    preset: Preset, sched: Scheduler, power_specs: Mapping[str, PowerSpec] | None = None
+) -> tuple[list[SimNode], list[NodePlace]]:
+    """The preset's nodes in group order, each reported to ``sched``, and where each one is.
+
+    ``power_specs``: the true power curves (the physics seed's draw; default the nameplate)."""
+    specs = DEFAULT_POWER_SPECS if power_specs is None else power_specs
     nodes: list[SimNode] = []
     places: list[NodePlace] = []
     for group in preset.groups:
@@ -227,7 +246,7 @@ def build_fleet(preset: Preset, sched: Scheduler) -> tuple[list[SimNode], list[N
                 dpus=group.dpus,
                 node_type=group.node_type,
             )
-            node = SimNode(len(nodes), template, DEFAULT_POWER_SPECS[group.node_type], group.prefix)
+            node = SimNode(len(nodes), template, specs[group.node_type], group.prefix)
             # Spread battery nodes through the group (every other one for a half).
             if batteries and (k * batteries) // group.count != ((k + 1) * batteries) // group.count:
                 node.has_battery = True
@@ -243,8 +262,14 @@ def build_fleet(preset: Preset, sched: Scheduler) -> tuple[list[SimNode], list[N
 class FleetPhysics:
     """Advances nodes through time and re-rates replicas when a node's load changes."""
 
-    def __init__(self, preset: Preset, window: tuple[float, float], record: RunRecord) -> None:
-        self.contention_model: ContentionModel = preset.contention
+    def __init__(
+        self,
+        preset: Preset,
+        window: tuple[float, float],
+        record: RunRecord,
+        contention: ContentionModel | None = None,
+    ) -> None:
+        self.contention_model: ContentionModel = preset.contention if contention is None else contention
         self.start_hour = preset.start_hour
         self.solar_hours = preset.solar_hours
         self.window = window
@@ -310,8 +335,14 @@ class FleetPhysics:
         self.advance(node, now)
         before_c = self.contention(node)
         before_io = node.io_count
+        u = node.cpu_alloc / node.cpu if node.cpu else 0.0
+        load_bin = min(LOAD_BINS - 1, max(0, int(u * LOAD_BINS)))
         for rep in node.replicas.values():
-            rep.work_left -= (now - rep.last) * rep.rate
+            dt = now - rep.last
+            rep.work_left -= dt * rep.rate
+            rep.load_t[load_bin] += dt
+            if rep.io:
+                rep.io_t += dt * (before_io - 1)
             rep.last = now
         apply()
         after_c = self.contention(node)

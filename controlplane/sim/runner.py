@@ -13,6 +13,7 @@ from controlplane.scheduling.profiles import BUILTIN_PROFILES
 from controlplane.sim.battery import ADAPTIVE, FIXED, battery_comparison
 from controlplane.sim.engine import Simulation
 from controlplane.sim.metrics import summarise
+from controlplane.sim.physics_params import ORACLE, draw_physics, oracle_profile
 from controlplane.sim.presets import Preset, get_preset, scale_preset
 from controlplane.sim.workload import generate_tasks
 
@@ -22,6 +23,8 @@ SCHEDULERS: dict[str, str | Mapping[str, Any]] = {name: name for name in BUILTIN
 # The two sides of the battery comparison (controlplane.sim.battery), by what they mean.
 SCHEDULERS[ADAPTIVE] = "edgeplane"
 SCHEDULERS[FIXED] = "edgeplane-fixed"
+# edgeplane told the run's true interference physics (built per run; an upper bound, sim only).
+SCHEDULERS[ORACLE] = "edgeplane-static"
 
 #: What ``controlplane simulate`` runs when ``--schedulers`` is not given.
 DEFAULT_SCHEDULERS: dict[str, list[str]] = {"edge-battery": [ADAPTIVE, FIXED]}
@@ -52,14 +55,20 @@ def run_comparison(
     seed: int,
     nodes: int | None = None,
     progress: Callable[[str, float, tuple[float, float]], None] | None = None,
+    physics_seed: int | None = None,
 ) -> dict[str, Any]:
-    """Simulate each scheduler on the same tasks; returns the JSON report."""
+    """Simulate each scheduler on the same tasks; returns the JSON report.
+
+    ``physics_seed``: the hidden physics (None: the reference constants, see .physics_params)."""
     base = get_preset(preset) if isinstance(preset, str) else preset
     scenario = scale_preset(base, nodes) if nodes else base
-    tasks = generate_tasks(scenario, hours, seed, data_nodes=_data_nodes(scenario))
+    physics = draw_physics(scenario, physics_seed)
+    tasks = generate_tasks(
+        scenario, hours, seed, data_nodes=_data_nodes(scenario), estimate_error=physics.estimate_error
+    )
     results: dict[str, Any] = {}
     for name in schedulers:
-        profile = SCHEDULERS[name]
+        profile = oracle_profile(physics) if name == ORACLE else SCHEDULERS[name]
         sim = Simulation(
             scenario,
             tasks,
@@ -68,6 +77,7 @@ def run_comparison(
             hours=hours,
             seed=seed,
             progress=progress,
+            physics=physics,
         )
         results[name] = summarise(sim.run())
     report: dict[str, Any] = {
@@ -76,6 +86,8 @@ def run_comparison(
         "schedulers": results,
         "preset": scenario.name,
         "seed": seed,
+        "physics_seed": physics.seed,
+        "physics": physics.to_dict(),
         "hours": hours,
         "nodes": scenario.node_count,
         "tasks_generated": len(tasks),

@@ -63,8 +63,18 @@ def _choice(rng: np.random.Generator, options: tuple[tuple[object, float], ...])
     return values[int(rng.choice(len(values), p=weights / weights.sum()))]
 
 
-def generate_tasks(preset: Preset, hours: float, seed: int, *, data_nodes: list[str]) -> list[TaskSpec]:
-    """All arrivals of a run: warm-up plus ``hours`` of measured time, sorted by arrival."""
+def generate_tasks(
+    preset: Preset,
+    hours: float,
+    seed: int,
+    *,
+    data_nodes: list[str],
+    estimate_error: float = ESTIMATE_ERROR,
+) -> list[TaskSpec]:
+    """All arrivals of a run: warm-up plus ``hours`` of measured time, sorted by arrival.
+
+    ``estimate_error``: the lognormal sigma of runtime estimates (a physics seed draws it; the
+    same draws of the arrival ``seed`` are scaled by it, so arrivals stay identical)."""
     rng = np.random.default_rng(seed)
     horizon = preset.warmup_s + hours * 3600.0
     bursts: list[tuple[float, float]] = []
@@ -91,7 +101,7 @@ def generate_tasks(preset: Preset, hours: float, seed: int, *, data_nodes: list[
             if accept * peak_factor > rate_factor(preset, t, bursts, cls):
                 continue
             n += 1
-            tasks.append(_make_task(rng, preset, cls, f"{cls.name}-{n}", t, data_nodes))
+            tasks.append(_make_task(rng, preset, cls, f"{cls.name}-{n}", t, data_nodes, estimate_error))
     tasks.sort(key=lambda task: (task.arrival_s, task.id))
     for task in tasks:
         task.measured = task.arrival_s >= preset.warmup_s
@@ -105,6 +115,7 @@ def _make_task(
     task_id: str,
     t: float,
     data_nodes: list[str],
+    estimate_error: float = ESTIMATE_ERROR,
 ) -> TaskSpec:
     cpu = float(cls.cpu[int(rng.integers(len(cls.cpu)))])
     memory = int(float(cls.memory_gb[int(rng.integers(len(cls.memory_gb)))]) * GB)
@@ -117,9 +128,10 @@ def _make_task(
         replicas = 1
     runtime = float(cls.runtime_median_s * math.exp(cls.runtime_sigma * float(rng.standard_normal())))
     runtime = min(runtime, cls.runtime_median_s * 8)
-    # The submitter's (or a predictor's) estimate of this task's runtime: the truth with 20%
-    # lognormal error. The SLA is set from it, and it is all the scheduler is told.
-    expected = runtime * math.exp(ESTIMATE_ERROR * float(rng.standard_normal()))
+    # The submitter's (or a predictor's) estimate of this task's runtime: the truth with
+    # lognormal error (20 % in the reference physics). The SLA is set from it, and it is all the
+    # scheduler is told.
+    expected = runtime * math.exp(estimate_error * float(rng.standard_normal()))
     sla = cls.sla_factor * expected + cls.sla_slack_s if cls.sla_factor is not None else None
     data_node: int | None = None
     data_bytes = 0

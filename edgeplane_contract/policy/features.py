@@ -33,6 +33,7 @@ __all__ = [
     "MIG_PROFILE_ORDER",
     "NODE_TYPES",
     "N_FEATURES",
+    "TRAINING_SENSITIVITY",
     "NodeView",
     "Offer",
     "features",
@@ -50,7 +51,11 @@ MIG_PROFILE_ORDER = ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")
 # Mirrors of reward-config defaults the features need without importing the trainer side
 # (tests pin them to edgeplane_contract.objective.RewardConfig()).
 DEFAULT_RUNTIME_S = {"service": 60.0, "function": 5.0, "batch": 1800.0, "analytics": 900.0}
+# The interference model the shipped int8 policy was trained with: the simulator's reference
+# physics, from before the reward's constants became a learned prior (issue 13). Frozen with the
+# model until it is retrained; tests/unit/sim/test_hidden_physics.py exempts this package.
 KNEE = 0.70
+TRAINING_SENSITIVITY = {"service": 1.0, "function": 1.0, "analytics": 0.5, "batch": 0.3}
 BATTERY_FLOOR_PERCENT = 15.0
 # Fleet reference power (W) when the agent is not told its fleet's: a 64-vCPU server's peak,
 # the largest node of the edge-battery fleet. R_energy is watts over this.

@@ -9,7 +9,7 @@ The reward terms of every candidate are kept in the cycle state for the explanat
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from controlplane.scheduling.actions import Candidates
 from controlplane.scheduling.data_transfer import transfer_seconds
 from controlplane.scheduling.explanation import CandidateExtras, RewardTerms
 from controlplane.scheduling.framework import MAX_NODE_SCORE, STATE_NOW, CycleState, FloatArray, Handle, clip
+from controlplane.scheduling.interference import InterferenceEstimate
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.plugins.args import decode_args
 from controlplane.scheduling.plugins.energy import fleet_max_w, power_terms
@@ -92,6 +93,15 @@ class MultiObjective:
     def normalize(self, state: CycleState, raw: FloatArray) -> FloatArray:
         result: FloatArray = MAX_NODE_SCORE * clip((raw - self.floor) / (self.ceiling - self.floor), 0.0, 1.0)
         return result
+
+    def use_interference(self, estimate: InterferenceEstimate) -> None:
+        """Score with a learned interference model (knee, per-kind sensitivity, I/O penalty)."""
+        self.config = replace(
+            self.config,
+            knee=estimate.knee,
+            sensitivity={**self.config.sensitivity, **estimate.sensitivity},
+            io_penalty=estimate.io_penalty,
+        )
 
     @property
     def reward_config(self) -> RewardConfig:

@@ -24,7 +24,8 @@ GB = 1e9
 def test_mirrored_constants_match_the_reward_module() -> None:
     cfg = RewardConfig()
     assert F.DEFAULT_RUNTIME_S == dict(cfg.default_runtime_s)
-    assert cfg.knee == F.KNEE
+    # The knee is the shipped policy's training value, no longer the reward's default (a prior).
+    assert F.KNEE == 0.70
     assert cfg.battery_floor_percent == F.BATTERY_FLOOR_PERCENT
     w = RewardWeights()
     assert (w.util, w.qos, w.energy, w.penalty) == DEFAULT_WEIGHTS

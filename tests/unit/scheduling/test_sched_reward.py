@@ -32,7 +32,8 @@ def node(**kw):
 def r(state, cfg=None, **kw):
     args = dict(cpu=8, memory=8e9, gpu_units=0.0, kind="batch", runtime_s=600.0, sla_s=None)
     args.update(kw)
-    return reward(state, cfg=cfg or RewardConfig(), **args)
+    # The mechanics at a fixed knee of 0.70 (the default knee is only a prior now).
+    return reward(state, cfg=cfg or RewardConfig(knee=0.70), **args)
 
 
 def test_filling_a_node_below_the_knee_raises_utilisation_reward():
