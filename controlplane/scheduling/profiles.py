@@ -19,11 +19,13 @@ A profile is a mapping (or a YAML file holding one)::
     reward: {...}                  # edgeplane_contract/objective.py (used by MultiObjective)
 
 A plugin takes part in every extension point it implements (like kube's ``multiPoint``).
-Built-in profiles: ``default`` (kube-scheduler's default scoring), ``binpack`` (Volcano's
-binpack), ``edgeplane`` (the multi-objective reward, interference learned online),
-``edgeplane-static`` (its interference prior never updated), ``edgeplane-fixed`` (the same with
-the adaptive energy weight switched off, for battery comparisons) and ``edgeplane-learned``
-(``edgeplane`` with the edge agents' int8 local policy bidding in place of the reward score).
+Built-in profiles: ``default`` (kube-scheduler's default scoring), ``default-mostallocated``
+(the same plugin set scoring MostAllocated, what an operator running a power manager configures),
+``binpack`` (Volcano's binpack alone), ``volcano`` (Volcano as shipped: nodeorder plus binpack),
+``edgeplane`` (the multi-objective reward, interference learned online), ``edgeplane-static``
+(its interference prior never updated), ``edgeplane-fixed`` (the same with the adaptive energy
+weight switched off, for battery comparisons) and ``edgeplane-learned`` (``edgeplane`` with the
+edge agents' int8 local policy bidding in place of the reward score).
 :data:`FUNCTION_PROFILE` filters nodes for function instances (the function router scores them);
 it places no workload, so it is not among the profiles ``--scheduler`` takes.
 """
@@ -82,6 +84,55 @@ _VOLCANO_BINPACK: dict[str, Any] = {
         {"name": "DefaultBinder"},
     ],
     "action_space": {"accelerator_policy": "first_fit"},
+    "percentage_of_nodes_to_score": 100,
+    "tie_break": "random",
+}
+
+
+def _most_allocated(base: dict[str, Any], name: str) -> dict[str, Any]:
+    """``base`` with NodeResourcesFit's LeastAllocated score swapped for MostAllocated (same weight)."""
+    out = copy.deepcopy(base)
+    out["name"] = name
+    out["plugins"] = [
+        {**p, "name": "NodeResourcesMostAllocated"} if p["name"] == "NodeResourcesLeastAllocated" else p
+        for p in out["plugins"]
+    ]
+    return out
+
+
+_VOLCANO: dict[str, Any] = {
+    "name": "volcano",
+    # Volcano as shipped (installer/helm/chart/volcano/config/volcano-scheduler.conf): actions
+    # "enqueue, allocate, backfill"; tiers [priority, gang, conformance], [overcommit, drf,
+    # predicates, proportion, nodeorder, binpack], all at their default arguments.
+    # What maps: predicates -> NodeReady, NodeResourcesFit (and NodeAffinity's filter);
+    # nodeorder's scores at its defaults (pkg/scheduler/plugins/nodeorder calculateWeight):
+    # leastrequested 1 (cpu:memory 50:50, the same ratio as 1:1), balancedresource 1,
+    # nodeaffinity 2, podtopologyspread 2 (system-default constraints); binpack at binpack.weight
+    # 1 (cpu 1, memory 1). Volcano adds the plugins' 0-100 scores times their weights, as this
+    # framework does. priority and gang are the scheduler core's queue order (priority, then
+    # arrival) and all-or-nothing gangs, the same for every profile. No preemption: the default
+    # actions have neither preempt nor reclaim.
+    # What does not: podaffinity (2), tainttoleration (3) and imagelocality (1) score every node
+    # alike here (no affinity terms, taints or images); balancedresource's nvidia.com/gpu term
+    # (upstream skips it for pods that request no GPU; only whole-GPU tasks would see it); drf,
+    # proportion and conformance (one queue, one tenant, no critical pods); overcommit and the
+    # enqueue gate (admission of whole jobs against 1.2x capacity: here work waits in the queue
+    # instead); newer releases' reserve action and reservation plugin.
+    # Note: at these weights binpack and leastrequested are complements resource by resource
+    # (their sum is 100 on every node, up to rounding), so Volcano as shipped does not pack.
+    "plugins": [
+        {"name": "NodeReady"},
+        {"name": "NodeResourcesFit"},
+        {"name": "NodeAffinity", "weight": 2},
+        {"name": "PodTopologySpread", "weight": 2},
+        {"name": "NodeResourcesLeastAllocated", "weight": 1},
+        {"name": "NodeResourcesBalancedAllocation", "weight": 1},
+        {"name": "VolcanoBinpack", "weight": 1},
+        {"name": "DefaultBinder"},
+    ],
+    "action_space": {"accelerator_policy": "first_fit"},
+    # Volcano's allocate scores every feasible node (no kube-style sampling).
     "percentage_of_nodes_to_score": 100,
     "tie_break": "random",
 }
@@ -168,7 +219,11 @@ _FUNCTIONS: dict[str, Any] = {
 
 BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     "default": _UPSTREAM_DEFAULT,
+    # kube-scheduler as an operator configures it beside a power manager (scoringStrategy
+    # MostAllocated), so that the consolidation the power manager needs is credited to a baseline.
+    "default-mostallocated": _most_allocated(_UPSTREAM_DEFAULT, "default-mostallocated"),
     "binpack": _VOLCANO_BINPACK,
+    "volcano": _VOLCANO,
     "edgeplane": _EDGEPLANE,
     "edgeplane-fixed": _variant(_EDGEPLANE, "edgeplane-fixed", {"adaptive": {"enabled": False}}),
     # The same prior never updated: what the learning buys.

@@ -45,6 +45,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="register a profile YAML file as scheduler NAME (repeatable)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument(
+        "--power-manager",
+        choices=("on", "off", "both"),
+        default=None,
+        help="run every scheduler with the power manager on, off, or both (columns NAME without "
+        "it and NAME+pm with it); default: the preset's setting (on in every preset)",
+    )
+    parser.add_argument(
+        "--load",
+        type=float,
+        default=1.0,
+        help="scale the preset's offered load: every class's arrival rate times this (mix kept)",
+    )
 
 
 def progress_line(t: float, window: tuple[float, float]) -> str:
@@ -78,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--hours must be a positive number, got {args.hours}")
     if args.nodes is not None and args.nodes <= 0:
         return _fail(f"--nodes must be a positive integer, got {args.nodes}")
+    if not args.load > 0 or args.load == float("inf"):
+        return _fail(f"--load must be a positive number, got {args.load}")
     for item in args.profile:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
@@ -129,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
         nodes=args.nodes,
         progress=progress,
         physics_seed=args.physics_seed,
+        power_manager=args.power_manager,
+        load=args.load,
     )
     print(format_table(report))
     if "battery_comparison" in report:

@@ -38,7 +38,7 @@ from controlplane.scheduling.interference import LoadProfile
 from controlplane.scheduling.model import Assignment, Decision
 from controlplane.scheduling.scheduler import Scheduler
 from controlplane.scheduling.topology import TopologyGraph
-from controlplane.sim.metrics import record_outcomes
+from controlplane.sim.metrics import credit_running, credit_served, record_outcomes
 from controlplane.sim.network import Network
 from controlplane.sim.physics import (
     FleetPhysics,
@@ -125,6 +125,7 @@ class Simulation:
             fleet_cpu_t=sum(n.cpu for n in self.nodes) * (self.window[1] - self.window[0]),
             fleet_mem_t=sum(n.mem for n in self.nodes) * (self.window[1] - self.window[0]),
             gpu_t=0.0,
+            power_manager=preset.power_manager.enabled,
         )
         self.physics = FleetPhysics(preset, self.window, self.record, self.truth.contention)
         self.power = PowerManager(preset.power_manager, self.nodes, self.sched, self.physics, self._wake)
@@ -175,6 +176,7 @@ class Simulation:
                 self.progress(self.name, t, self.window)
         for node in self.nodes:
             self.physics.advance(node, min(self.now, self.window[1]))
+        credit_running(self.record, self.nodes, self.now, self.window)
         record_outcomes(self.record, self.nodes, self.order, self.sched.stats, time.perf_counter() - started)
         return self.record
 
@@ -294,6 +296,7 @@ class Simulation:
         if rep.version != version or rep.task.placed.get(rep.index) is not rep:
             return
         task = rep.task
+        credit_served(self.record, rep, self.now, self.window)
         self._stop(rep)
         self.sched.release(task.spec.id, rep.index)
         self._observe(rep)

@@ -16,6 +16,22 @@ definition for every scheduler).
 * ``battery_energy_kwh``: energy drawn from the batteries of solar + battery nodes over the whole
   run (warm-up and drain included; charging not subtracted); ``depleted_batteries``: how many of
   them ran flat at least once (``battery_deaths`` counts every time); ``battery_nodes``.
+
+The fair score sheet (issue 13), beside the figures above, which stay as they were:
+
+* ``served_utilization``: work served in the window (each finished replica's request CPU x its
+  nominal solo runtime, spread evenly over its final run where the run crosses a window edge;
+  replicas still running when the simulation stops count their in-window time at their current
+  rate) over the CPU capacity of the whole fleet; ``served_utilization_powered_on`` over the
+  capacity of powered-on nodes. Stretched occupancy (a slowed task holding its request longer)
+  and work thrown away by restarts do not count, so it is never above ``cpu_utilization_all_nodes``
+  / ``cpu_utilization`` (the stretched occupancy, CPU only). ``offered_utilization``: the work of
+  the measured arrivals (request CPU x nominal runtime x replicas) over the fleet's capacity.
+* ``energy_kwh``: the fleet's energy over the window (``mean_power_w`` x nodes x hours).
+* ``power_manager``: whether the power manager ran.
+* ``p50_queue_s`` / ``p99_queue_s``: arrival to full start, over measured tasks that started.
+* ``by_class`` and ``by_kind`` (service, batch, analytics, function): tasks, SLA violation rate
+  (with ``sla_tasks`` and ``sla_violations``), latency and queueing percentiles, stretch, drops.
 """
 
 from __future__ import annotations
@@ -25,10 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from controlplane.sim.physics import SimNode, SimTask
+from controlplane.sim.physics import SimNode, SimReplica, SimTask
 from controlplane.sim.record import RunRecord
 
-__all__ = ["HEADLINE_KEYS", "record_outcomes", "summarise"]
+__all__ = ["HEADLINE_KEYS", "credit_running", "credit_served", "record_outcomes", "summarise"]
 
 HEADLINE_KEYS = (
     "mean_utilization",
@@ -50,33 +66,44 @@ def _p(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def summarise(rec: RunRecord) -> dict[str, Any]:
-    """The headline metrics plus extras, JSON-able."""
-    tasks = rec.tasks
-    latencies = [t["latency_s"] for t in tasks if t["latency_s"] is not None]
-    with_sla = [t for t in tasks if t["sla_s"] is not None]
-    large = [t for t in tasks if t["large_gpu"]]
-    cpu_u = _ratio(rec.used_cpu_t, rec.cap_cpu_t)
-    mem_u = _ratio(rec.used_mem_t, rec.cap_mem_t)
-    by_class: dict[str, dict[str, Any]] = {}
+def _groups(tasks: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
+    """Per-class (``key`` "cls") or per-kind ("kind") figures, sorted by name."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for t in tasks:
-        groups[t["cls"]].append(t)
-    for cls, items in sorted(groups.items()):
+        groups[t[key]].append(t)
+    out: dict[str, dict[str, Any]] = {}
+    for name, items in sorted(groups.items()):
         lat = [t["latency_s"] for t in items if t["latency_s"] is not None]
         sla_items = [t for t in items if t["sla_s"] is not None]
         queue = [t["queue_s"] for t in items if t["queue_s"] is not None]
         stretch = [t["stretch"] for t in items if t.get("stretch") is not None]
-        by_class[cls] = {
+        violations = sum(t["violated"] for t in sla_items)
+        out[name] = {
             "tasks": len(items),
-            "sla_violation_rate": _ratio(sum(t["violated"] for t in sla_items), len(sla_items)),
+            "sla_violation_rate": _ratio(violations, len(sla_items)),
             "p50_latency_s": _p(lat, 50),
             "p99_latency_s": _p(lat, 99),
             "mean_queue_s": float(np.mean(queue)) if queue else None,
             # (end - start) / nominal runtime: contention, remote data, restarts stretch it.
             "mean_stretch": float(np.mean(stretch)) if stretch else None,
             "dropped": sum(t["dropped"] for t in items),
+            "p50_queue_s": _p(queue, 50),
+            "p99_queue_s": _p(queue, 99),
+            "sla_tasks": len(sla_items),
+            "sla_violations": int(violations),
         }
+    return out
+
+
+def summarise(rec: RunRecord) -> dict[str, Any]:
+    """The headline metrics plus extras, JSON-able."""
+    tasks = rec.tasks
+    latencies = [t["latency_s"] for t in tasks if t["latency_s"] is not None]
+    queues = [t["queue_s"] for t in tasks if t["queue_s"] is not None]
+    with_sla = [t for t in tasks if t["sla_s"] is not None]
+    large = [t for t in tasks if t["large_gpu"]]
+    cpu_u = _ratio(rec.used_cpu_t, rec.cap_cpu_t)
+    mem_u = _ratio(rec.used_mem_t, rec.cap_mem_t)
     return {
         "mean_utilization": (cpu_u + mem_u) / 2,
         "p99_task_latency_s": _p(latencies, 99) or 0.0,
@@ -112,7 +139,17 @@ def summarise(rec: RunRecord) -> dict[str, Any]:
         "battery_drawn_wh": rec.battery_drawn_wh,
         "pending_retry_time_s": rec.pending_time_s,
         "wall_s": rec.wall_s,
-        "by_class": by_class,
+        "by_class": _groups(tasks, "cls"),
+        # The fair score sheet (module docstring).
+        "power_manager": rec.power_manager,
+        "served_utilization": _ratio(rec.served_cpu_t, rec.fleet_cpu_t),
+        "served_utilization_powered_on": _ratio(rec.served_cpu_t, rec.cap_cpu_t),
+        "cpu_utilization_all_nodes": _ratio(rec.used_cpu_t, rec.fleet_cpu_t),
+        "offered_utilization": _ratio(rec.offered_cpu_t, rec.fleet_cpu_t),
+        "energy_kwh": rec.energy_j / 3.6e6,
+        "p50_queue_s": _p(queues, 50),
+        "p99_queue_s": _p(queues, 99),
+        "by_kind": _groups(tasks, "kind"),
     }
 
 
@@ -133,6 +170,7 @@ def record_outcomes(
         spec = task.spec
         if not spec.measured:
             continue
+        rec.offered_cpu_t += spec.request.resources.cpu * spec.runtime_s * spec.request.replicas
         latency = task.done_at - spec.arrival_s if task.done_at is not None else None
         if not task.resolved:
             rec.unfinished += 1
@@ -157,3 +195,28 @@ def record_outcomes(
                 "restarts": task.restarts,
             }
         )
+
+
+def _overlap(start: float, end: float, window: tuple[float, float]) -> float:
+    return max(0.0, min(end, window[1]) - max(start, window[0]))
+
+
+def credit_served(rec: RunRecord, rep: SimReplica, end: float, window: tuple[float, float]) -> None:
+    """A replica finished at ``end``: credit its work (request CPU x nominal runtime) to the
+    window, pro rata of its final run's time inside it (rate changes within a run are not
+    tracked; a run inside the window is credited whole)."""
+    spec = rep.task.spec
+    duration = end - rep.started
+    inside = _overlap(rep.started, end, window)
+    if duration > 0 and inside > 0:
+        rec.served_cpu_t += spec.request.resources.cpu * spec.runtime_s * inside / duration
+
+
+def credit_running(rec: RunRecord, nodes: list[SimNode], now: float, window: tuple[float, float]) -> None:
+    """Replicas still running when the run stops: their in-window time at their current rate
+    (nominal seconds of progress), at most their nominal runtime."""
+    for node in nodes:
+        for rep in node.replicas.values():
+            spec = rep.task.spec
+            progress = min(spec.runtime_s, _overlap(rep.started, now, window) * rep.rate)
+            rec.served_cpu_t += spec.request.resources.cpu * progress

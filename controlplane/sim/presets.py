@@ -32,6 +32,7 @@ __all__ = [
     "WorkloadClass",
     "get_preset",
     "lognormal_mean",
+    "scale_load",
     "scale_preset",
 ]
 
@@ -373,6 +374,17 @@ def scale_preset(preset: Preset, nodes: int) -> Preset:
     actual = sum(g.count for g in groups) / preset.node_count
     classes = tuple(replace(c, rate_per_hour=c.rate_per_hour * actual) for c in preset.classes)
     return replace(preset, groups=groups, classes=classes)
+
+
+def scale_load(preset: Preset, factor: float) -> Preset:
+    """The same fleet offered ``factor`` times the work: every class's arrival rate scaled, so
+    the mix, the diurnal shape and the burst windows stay as they are (``--load``)."""
+    if not factor > 0:
+        raise ValueError("load factor must be positive")
+    if factor == 1.0:
+        return preset
+    classes = tuple(replace(c, rate_per_hour=c.rate_per_hour * factor) for c in preset.classes)
+    return replace(preset, classes=classes)
 
 
 def lognormal_mean(median: float, sigma: float) -> float:

@@ -41,3 +41,9 @@ class RunRecord:
     unfinished: int = 0
     wall_s: float = 0.0
     stats: dict[str, int] = field(default_factory=dict)
+    # The fair score sheet (metrics.py): work served (request CPU x nominal solo runtime, not
+    # the stretched occupancy) in the window, the work the measured arrivals offered, and
+    # whether the power manager ran.
+    served_cpu_t: float = 0.0
+    offered_cpu_t: float = 0.0
+    power_manager: bool = True

@@ -25,11 +25,29 @@ _BATTERY_ROWS = (
 )
 
 
+# The fair score sheet (metrics.py): work served rather than stretched occupancy, energy, and
+# per kind of work the latency, queueing and SLA figures that aggregate ones hide.
+_SCORE_ROWS = (
+    ("offered_utilization", "offered load (of all nodes' CPU)", "pct"),
+    ("served_utilization", "served utilisation (all nodes)", "pct"),
+    ("served_utilization_powered_on", "served utilisation (powered-on)", "pct"),
+    ("cpu_utilization_all_nodes", "stretched CPU util. (all nodes)", "pct"),
+    ("energy_kwh", "energy (kWh)", "num"),
+)
+_KIND_ROWS = (
+    ("p99_latency_s", "P99 latency (s)", "num"),
+    ("p99_queue_s", "P99 queueing (s)", "num"),
+    ("sla_violation_rate", "SLA violation rate", "pct"),
+)
+
+
 class PlotUnavailable(RuntimeError):
     """matplotlib is not installed (it is the optional ``plot`` extra)."""
 
 
-def _fmt(value: float, kind: str) -> str:
+def _fmt(value: float | None, kind: str) -> str:
+    if value is None:
+        return "n/a"
     if kind == "pct":
         return f"{100 * value:.1f}%"
     if kind == "int":
@@ -42,16 +60,21 @@ def format_table(report: dict[str, Any]) -> str:
     results = report["runs"]
     names = list(results)
     width = max(12, *(len(n) + 2 for n in names))
-    lines = [
+    header = (
         f"preset {report['preset']}  seed {report['seed']}  {report['hours']:g} h  "
-        f"{report.get('nodes', '?')} nodes  {report.get('tasks_measured', '?')} measured tasks",
-        f"{'metric':32}" + "".join(f"{n:>{width}}" for n in names),
-    ]
+        f"{report.get('nodes', '?')} nodes  {report.get('tasks_measured', '?')} measured tasks"
+    )
+    if report.get("load", 1.0) != 1.0:
+        header += f"  load x{report['load']:g}"
+    if report.get("power_manager", "on") != "on":
+        header += f"  power manager {report['power_manager']}"
+    lines = [header, f"{'metric':32}" + "".join(f"{n:>{width}}" for n in names)]
     for key, label, kind in _ROWS:
         lines.append(f"{label:32}" + "".join(f"{_fmt(results[n][key], kind):>{width}}" for n in names))
     if any(results[n].get("battery_nodes") for n in names):
         for key, label, kind in _BATTERY_ROWS:
             lines.append(f"{label:32}" + "".join(f"{_fmt(results[n][key], kind):>{width}}" for n in names))
+    lines.extend(_score_sheet(results, names, width))
     if "default" in results and len(names) > 1:
         base = results["default"]
         lines.append("")
@@ -63,6 +86,26 @@ def format_table(report: dict[str, Any]) -> str:
                 cells.append(f"{results[n][key] / den:.2f}x" if den else "n/a")
             lines.append(f"{label:32}" + "".join(f"{c:>{width}}" for c in cells))
     return "\n".join(lines)
+
+
+def _score_sheet(results: dict[str, Any], names: list[str], width: int) -> list[str]:
+    """The fair score sheet's rows (absent from reports written before it)."""
+    if not all("served_utilization" in results[n] for n in names):
+        return []
+
+    def row(label: str, cells: list[str]) -> str:
+        return f"{label:32}" + "".join(f"{c:>{width}}" for c in cells)
+
+    lines = ["", row("score sheet", names)]
+    lines.append(row("power manager", ["on" if results[n]["power_manager"] else "off" for n in names]))
+    for key, label, kind in _SCORE_ROWS:
+        lines.append(row(label, [_fmt(results[n][key], kind) for n in names]))
+    kinds = sorted({k for n in names for k in results[n].get("by_kind", {})})
+    for k in kinds:
+        for key, label, kind in _KIND_ROWS:
+            cells = [_fmt(results[n]["by_kind"].get(k, {}).get(key), kind) for n in names]
+            lines.append(row(f"{k}: {label}", cells))
+    return lines
 
 
 def write_plot(report: dict[str, Any], path: str | Path) -> None:

@@ -2,11 +2,17 @@
 
 Scheduler names map to profiles in :data:`SCHEDULERS`; a learned policy registers its own name
 with :func:`register_scheduler` (a profile naming its score plugin).
+
+``power_manager`` runs every scheduler with the power manager on, off, or both (``both``: a
+column ``NAME`` without it and ``NAME+pm`` with it), so that what the power manager saves is
+not credited to the scheduler; ``None`` keeps the preset's setting (on in every built-in
+preset). ``load`` scales the preset's arrival rates (:func:`~.presets.scale_load`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from controlplane.scheduling.profiles import BUILTIN_PROFILES
@@ -14,10 +20,18 @@ from controlplane.sim.battery import ADAPTIVE, FIXED, battery_comparison
 from controlplane.sim.engine import Simulation
 from controlplane.sim.metrics import summarise
 from controlplane.sim.physics_params import ORACLE, draw_physics, oracle_profile
-from controlplane.sim.presets import Preset, get_preset, scale_preset
+from controlplane.sim.presets import Preset, get_preset, scale_load, scale_preset
 from controlplane.sim.workload import generate_tasks
 
-__all__ = ["DEFAULT_SCHEDULERS", "SCHEDULERS", "default_schedulers", "register_scheduler", "run_comparison"]
+__all__ = [
+    "DEFAULT_SCHEDULERS",
+    "POWER_MANAGER_MODES",
+    "SCHEDULERS",
+    "default_schedulers",
+    "register_scheduler",
+    "run_comparison",
+    "with_power_manager",
+]
 
 SCHEDULERS: dict[str, str | Mapping[str, Any]] = {name: name for name in BUILTIN_PROFILES}
 # The two sides of the battery comparison (controlplane.sim.battery), by what they mean.
@@ -29,6 +43,9 @@ SCHEDULERS[ORACLE] = "edgeplane-static"
 #: What ``controlplane simulate`` runs when ``--schedulers`` is not given.
 DEFAULT_SCHEDULERS: dict[str, list[str]] = {"edge-battery": [ADAPTIVE, FIXED]}
 FALLBACK_SCHEDULERS = ["default", "binpack", "edgeplane"]
+POWER_MANAGER_MODES = ("on", "off", "both")
+#: Suffix of a run with the power manager on, when ``both`` runs every scheduler twice.
+PM_SUFFIX = "+pm"
 
 
 def register_scheduler(name: str, profile: str | Mapping[str, Any]) -> None:
@@ -47,6 +64,25 @@ def _data_nodes(preset: Preset) -> list[str]:
     ]
 
 
+def with_power_manager(preset: Preset, enabled: bool) -> Preset:
+    """The preset with its power manager switched on or off (its other settings kept)."""
+    if preset.power_manager.enabled == enabled:
+        return preset
+    return replace(preset, power_manager=replace(preset.power_manager, enabled=enabled))
+
+
+def _runs(schedulers: list[str], mode: str | None, preset: Preset) -> Iterator[tuple[str, str, Preset]]:
+    """(run name, scheduler name, scenario) for each run the mode asks for."""
+    for name in schedulers:
+        if mode is None:
+            yield name, name, preset
+        elif mode == "both":
+            yield name, name, with_power_manager(preset, False)
+            yield name + PM_SUFFIX, name, with_power_manager(preset, True)
+        else:
+            yield name, name, with_power_manager(preset, mode == "on")
+
+
 def run_comparison(
     *,
     preset: str | Preset,
@@ -56,30 +92,36 @@ def run_comparison(
     nodes: int | None = None,
     progress: Callable[[str, float, tuple[float, float]], None] | None = None,
     physics_seed: int | None = None,
+    power_manager: str | None = None,
+    load: float = 1.0,
 ) -> dict[str, Any]:
     """Simulate each scheduler on the same tasks; returns the JSON report.
 
-    ``physics_seed``: the hidden physics (None: the reference constants, see .physics_params)."""
+    ``physics_seed``: the hidden physics (None: the reference constants, see .physics_params);
+    ``power_manager``: on, off or both (None: as the preset says); ``load``: offered load x F."""
+    if power_manager is not None and power_manager not in POWER_MANAGER_MODES:
+        raise ValueError(f"power_manager must be one of {', '.join(POWER_MANAGER_MODES)} or None")
     base = get_preset(preset) if isinstance(preset, str) else preset
     scenario = scale_preset(base, nodes) if nodes else base
+    scenario = scale_load(scenario, load)
     physics = draw_physics(scenario, physics_seed)
     tasks = generate_tasks(
         scenario, hours, seed, data_nodes=_data_nodes(scenario), estimate_error=physics.estimate_error
     )
     results: dict[str, Any] = {}
-    for name in schedulers:
+    for run_name, name, run_scenario in _runs(schedulers, power_manager, scenario):
         profile = oracle_profile(physics) if name == ORACLE else SCHEDULERS[name]
         sim = Simulation(
-            scenario,
+            run_scenario,
             tasks,
-            scheduler_name=name,
+            scheduler_name=run_name,
             profile=dict(profile) if isinstance(profile, Mapping) else profile,
             hours=hours,
             seed=seed,
             progress=progress,
             physics=physics,
         )
-        results[name] = summarise(sim.run())
+        results[run_name] = summarise(sim.run())
     report: dict[str, Any] = {
         "runs": results,
         # The key before ``runs``; the same objects, kept so older readers still work.
@@ -92,7 +134,12 @@ def run_comparison(
         "nodes": scenario.node_count,
         "tasks_generated": len(tasks),
         "tasks_measured": sum(1 for t in tasks if t.measured),
+        "load": load,
+        "power_manager": power_manager or ("on" if scenario.power_manager.enabled else "off"),
     }
+    if results:
+        # The same for every run (the arrivals are shared): the work offered over the fleet.
+        report["offered_utilization"] = next(iter(results.values()))["offered_utilization"]
     comparison = battery_comparison(results)
     if comparison is not None:
         report["battery_comparison"] = comparison
