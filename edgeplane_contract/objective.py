@@ -207,6 +207,18 @@ class RewardTerms:
     predicted_latency_s: FloatArray
     total: FloatArray
 
+    def at(self, k: int) -> RewardBreakdown:
+        """Candidate ``k``'s reward and its parts."""
+        return RewardBreakdown(
+            total=float(self.total[k]),
+            util=float(self.util[k]),
+            qos=float(self.qos[k]),
+            energy=float(self.energy[k]),
+            penalty=float(self.penalty[k]),
+            w_energy=float(self.w_energy[k]),
+            predicted_latency_s=float(self.predicted_latency_s[k]),
+        )
+
 
 def energy_weight(cfg: RewardConfig, on_battery: FloatArray, battery_pct: FloatArray) -> FloatArray:
     """The adaptive w3 per node."""
@@ -366,13 +378,4 @@ def reward(
         sensitivity=cfg.sensitivity.get(kind, 1.0),
         io_heavy=kind in IO_HEAVY_KINDS,
     )
-    t = reward_terms(x, cfg)
-    return RewardBreakdown(
-        total=float(t.total[0]),
-        util=float(t.util[0]),
-        qos=float(t.qos[0]),
-        energy=float(t.energy[0]),
-        penalty=float(t.penalty[0]),
-        w_energy=float(t.w_energy[0]),
-        predicted_latency_s=float(t.predicted_latency_s[0]),
-    )
+    return reward_terms(x, cfg).at(0)

@@ -2,9 +2,10 @@
 
 The cycle builds them (:mod:`.explain`), :class:`~.model.Decision` and the hub's replica choices
 carry them, the bid round reads them by attribute; ``to_dict`` turns them into JSON once, where
-they are stored or returned. A leaf: it imports nothing of the project, so every scheduling and
-hub module may import it. What it holds of other modules (assignments, victims, migrations, the
-cluster plan, bid rows) it holds as :class:`Jsonable` values, none changed once decided.
+they are stored or returned. A leaf of the scheduler: it imports only the contract's reward
+breakdown, so every scheduling and hub module may import it. What it holds of other modules
+(assignments, victims, migrations, the cluster plan, bid rows) it holds as :class:`Jsonable`
+values, none changed once decided.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from edgeplane_contract.objective import RewardBreakdown
 
 __all__ = [
     "BidRound",
@@ -27,7 +30,6 @@ __all__ = [
     "PluginScore",
     "PostFilterExplanation",
     "ReplicaExplanation",
-    "RewardTerms",
 ]
 
 
@@ -80,35 +82,11 @@ class PluginScore:
 
 
 @dataclass(frozen=True, slots=True)
-class RewardTerms:
-    """The reward R of a candidate and its terms (``edgeplane_contract.objective``)."""
-
-    total: float
-    util: float
-    qos: float
-    energy: float
-    penalty: float
-    w3_effective: float
-    predicted_latency_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "total": self.total,
-            "R_util": self.util,
-            "R_qos": self.qos,
-            "R_energy": self.energy,
-            "R_penalty": self.penalty,
-            "w3_effective": self.w3_effective,
-            "predicted_latency_s": self.predicted_latency_s,
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class CandidateExtras:
     """What one plugin's ``explain_candidate`` adds to a candidate: the reward terms, and
     open-ended named terms (JSON keys of the candidate's entry, beside its own)."""
 
-    reward: RewardTerms | None = None
+    reward: RewardBreakdown | None = None
     terms: Mapping[str, float | str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,7 +108,7 @@ class CandidateExplanation:
     extras: tuple[CandidateExtras, ...] = ()
 
     @property
-    def reward(self) -> RewardTerms | None:
+    def reward(self) -> RewardBreakdown | None:
         """The reward terms an explainer added (the last one's, as in the JSON), if any."""
         for extra in reversed(self.extras):
             if extra.reward is not None:

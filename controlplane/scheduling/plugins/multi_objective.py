@@ -18,7 +18,7 @@ from edgeplane_contract.objective import IO_HEAVY_KINDS, RewardConfig, RewardInp
 
 from controlplane.scheduling.actions import Candidates
 from controlplane.scheduling.data_transfer import transfer_seconds
-from controlplane.scheduling.explanation import CandidateExtras, RewardTerms
+from controlplane.scheduling.explanation import CandidateExtras
 from controlplane.scheduling.framework import MAX_NODE_SCORE, STATE_NOW, CycleState, FloatArray, Handle, clip
 from controlplane.scheduling.interference import InterferenceEstimate
 from controlplane.scheduling.model import WorkloadRequest
@@ -118,17 +118,7 @@ class MultiObjective:
         terms = state.get(STATE_TERMS)
         if terms is None:
             return None
-        return CandidateExtras(
-            reward=RewardTerms(
-                total=float(terms.total[k]),
-                util=float(terms.util[k]),
-                qos=float(terms.qos[k]),
-                energy=float(terms.energy[k]),
-                penalty=float(terms.penalty[k]),
-                w3_effective=float(terms.w_energy[k]),
-                predicted_latency_s=float(terms.predicted_latency_s[k]),
-            )
-        )
+        return CandidateExtras(reward=terms.at(k))
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> MultiObjective:

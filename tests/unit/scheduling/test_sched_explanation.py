@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from edgeplane_contract.objective import RewardBreakdown
+
 from controlplane.hub.bidding import BidRow
 from controlplane.scheduling.explanation import (
     BidRound,
@@ -21,7 +23,6 @@ from controlplane.scheduling.explanation import (
     PluginScore,
     PostFilterExplanation,
     ReplicaExplanation,
-    RewardTerms,
 )
 from controlplane.scheduling.model import Assignment, Victim
 
@@ -78,7 +79,7 @@ def test_a_cycles_explanation_is_this_json(mk, cpu, replica):
     assert json.dumps(d.explanation.for_replica(0).to_dict()) == json.dumps({**head, **replica})  # as stored
 
 
-_REWARD = RewardTerms(0.5, 0.1, 0.2, 0.3, -0.1, 0.25, 12.0)
+_REWARD = RewardBreakdown(0.5, 0.1, 0.2, 0.3, -0.1, 0.25, 12.0)
 _CANDIDATE = CandidateExplanation(
     node="n",
     cluster="c",
@@ -173,7 +174,7 @@ def test_to_dict(value, expected):
 
 
 def test_the_reward_is_the_last_explainers_and_candidates_start_with_the_chosen():
-    later = RewardTerms(0.9, 0, 0, 0, 0, 0, 0)
+    later = RewardBreakdown(0.9, 0, 0, 0, 0, 0, 0)
     both = CandidateExplanation(
         "n", "c", 1.0, Assignment(cpu=1.0, memory=GiB), {}, (CandidateExtras(_REWARD), CandidateExtras(later))
     )

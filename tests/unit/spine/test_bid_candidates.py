@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from edgeplane_contract.objective import RewardBreakdown
+
 from controlplane.hub.bidding import BidCandidate, candidates_of
 from controlplane.hub.placement import ReplicaChoice
 from controlplane.scheduling.explanation import (
@@ -12,13 +14,14 @@ from controlplane.scheduling.explanation import (
     NodeCounts,
     PlacementExplanation,
     ReplicaExplanation,
-    RewardTerms,
 )
 from controlplane.scheduling.model import Assignment
 
 
 def candidate(node: str, reward: float | None = None) -> CandidateExplanation:
-    extras = () if reward is None else (CandidateExtras(RewardTerms(reward, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)),)
+    extras = (
+        () if reward is None else (CandidateExtras(RewardBreakdown(reward, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)),)
+    )
     return CandidateExplanation(node, "c", 50.0, Assignment(cpu=1, memory=1), {}, extras)
 
 
