@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from controlplane.scheduling.actions import RESOURCE_FIT, ActionSpace, NodeActions
+from controlplane.scheduling.actions import RESOURCE_FIT, ActionSpace, Candidates, NodeActions
 from controlplane.scheduling.explain import PluginScores, explain_choice, mask_report
 from controlplane.scheduling.explanation import CycleFailure, ReplicaExplanation
 from controlplane.scheduling.framework import (
@@ -155,14 +155,19 @@ class CycleRunner:
         """PreFilter and Filter for one replica over every node, with no effect on the runner
         (nothing scored, reserved or counted): the cycle state, PreFilter's status and the
         Filter record (None when a PreFilter plugin failed). The Kubernetes extender reads it."""
+        return self._pre_filter_and_filter(request, 0, None)
+
+    def _pre_filter_and_filter(
+        self, request: WorkloadRequest, replica: int, restrict: BoolArray | None
+    ) -> tuple[CycleState, Status, Filtered | None]:
         state = CycleState()
         state.write(STATE_NOW, self.clock())
-        state.write(STATE_REPLICA, 0)
+        state.write(STATE_REPLICA, replica)
         for pre in self.plugins.pre_filters:
             status = pre.pre_filter(state, request, self.nodes)
             if not status.ok:
                 return state, replace(status, plugin=status.plugin or pre.name), None
-        return state, Status.success(), self.filter(state, request, None)
+        return state, Status.success(), self.filter(state, request, restrict)
 
     def score_only(
         self, state: CycleState, request: WorkloadRequest, filtered: Filtered, rows: np.ndarray
@@ -171,15 +176,25 @@ class CycleRunner:
         sampling or selection (the sampling start and the tie-break stream are untouched); a
         candidate a plugin excluded from selection totals -inf, as it ranks in :meth:`run`."""
         cand = self.space.candidates(self.nodes, request.resources, filtered.actions, rows)
+        return self._score(state, request, cand)[1]
+
+    def _score(
+        self, state: CycleState, request: WorkloadRequest, cand: Candidates
+    ) -> tuple[FloatArray, FloatArray, PluginScores]:
+        """The Score phase: (weighted totals, the ranking (-inf where a plugin excluded the
+        candidate, unless it excluded all), and each plugin's raw and normalised scores)."""
         total = np.zeros(len(cand))
+        per_plugin: PluginScores = []
         for plugin, weight, normalizer in self.plugins.scorers:
             raw = plugin.score(state, request, cand)
             norm = clip(raw, 0.0, MAX_NODE_SCORE) if normalizer is None else normalizer.normalize(state, raw)
             total += weight * norm
+            per_plugin.append((plugin.name, weight, raw, norm))
+        ranking = total
         excluded = state.get(STATE_EXCLUDED)
         if excluded is not None and excluded.any() and not excluded.all():
-            total = np.where(excluded, -np.inf, total)
-        return total
+            ranking = np.where(excluded, -np.inf, total)
+        return total, ranking, per_plugin
 
     def sample(self, feasible: np.ndarray, n: int) -> np.ndarray:
         """kube-scheduler's percentageOfNodesToScore with a rotating start index."""
@@ -212,27 +227,23 @@ class CycleRunner:
         self.stats["cycles"] += 1
         t = self.nodes
         n = len(t)
-        state = CycleState()
-        state.write(STATE_NOW, self.clock())
-        state.write(STATE_REPLICA, replica)
-        for pre in self.plugins.pre_filters:
-            status = pre.pre_filter(state, request, t)
-            if not status.ok:
-                return Cycle(
-                    status=replace(status, plugin=status.plugin or pre.name),
-                    state=state,
-                    unresolvable=np.ones(n, dtype=bool),
-                )
-        filtered = self.filter(state, request, restrict)
-        actions, rejections, unresolvable = filtered.actions, filtered.rejections, filtered.unresolvable
+        state, status, filtered = self._pre_filter_and_filter(request, replica, restrict)
+        if filtered is None:
+            return Cycle(status=status, state=state, unresolvable=np.ones(n, dtype=bool))
+        actions, unresolvable = filtered.actions, filtered.unresolvable
         feasible = np.flatnonzero(~filtered.rejected)
-        report = mask_report(actions, rejections, filtered.first, filtered.rejected, feasible)
+        # The mask report is only for explanations: not computed on the hot path without one.
+        report = (
+            mask_report(actions, filtered.rejections, filtered.first, filtered.rejected, feasible)
+            if explain
+            else None
+        )
         if len(feasible) == 0:
             message = filtered.message()
             code = Code.UNSCHEDULABLE if (~unresolvable).any() else _UNRESOLVABLE
             expl = (
                 ReplicaExplanation(replica, report, failure=CycleFailure(code.name, message))
-                if explain
+                if report is not None
                 else None
             )
             return Cycle(
@@ -240,24 +251,11 @@ class CycleRunner:
             )
         rows = self.sample(feasible, n)
         cand = self.space.candidates(t, request.resources, actions, rows)
-        total = np.zeros(len(cand))
-        per_plugin: PluginScores = []
-        for plugin, weight, normalizer in self.plugins.scorers:
-            raw = plugin.score(state, request, cand)
-            if normalizer is not None:
-                norm = normalizer.normalize(state, raw)
-            else:
-                norm = clip(raw, 0.0, MAX_NODE_SCORE)
-            total += weight * norm
-            per_plugin.append((plugin.name, weight, raw, norm))
-        ranking = total
-        excluded = state.get(STATE_EXCLUDED)
-        if excluded is not None and excluded.any() and not excluded.all():
-            ranking = np.where(excluded, -np.inf, total)
+        total, ranking, per_plugin = self._score(state, request, cand)
         best = self.select(ranking)
         assignment = cand.assignment(best, t)
         expl = None
-        if explain:
+        if report is not None:
             expl = explain_choice(
                 t,
                 self.plugins.explainers,
