@@ -80,55 +80,56 @@ class HubClient:
         timeout_s: float | None = None,
     ) -> Reply:
         """The answer to one call; raises ApiError (4xx/5xx) or HubUnreachableError."""
-        url = self.config.url + urllib.parse.quote(path)
-        params = {k: v for k, v in (query or {}).items() if v is not None}
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        headers = {"Authorization": f"Bearer {self.config.token}", "Accept": "application/json"}
+        headers = {"Accept": "application/json"}
         data = None
         if body is not None or send_body:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(url, data=data, headers=headers, method=method)
         timeout = timeout_s or self.timeout_s
+        response = self._open(method, path, query, headers, data, timeout)
+        try:
+            with response:
+                return Reply(response.status, _json(response.read()), dict(response.headers.items()))
+        except OSError as exc:  # the answer broke off, or stalled past the timeout
+            raise self._unreachable(exc, timeout) from None
+
+    def stream(self, path: str, query: dict[str, Any], *, timeout_s: float | None) -> Iterator[bytes]:
+        """A GET's body as it arrives (logs); ``timeout_s`` None waits as long as the hub streams."""
+        response = self._open("GET", path, query, {}, None, timeout_s)
+        with response:
+            while chunk := response.read1(65536):
+                yield chunk
+
+    def _open(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None,
+        headers: dict[str, str],
+        data: bytes | None,
+        timeout: float | None,
+    ) -> Any:
+        """The hub's response, its body not read yet; ApiError or HubUnreachableError."""
+        url = self.config.url + urllib.parse.quote(path)
+        params = {k: v for k, v in (query or {}).items() if v is not None}
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        headers = {"Authorization": f"Bearer {self.config.token}", **headers}
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
         started = time.monotonic()
         try:
-            with self._opener.open(request, timeout=timeout) as response:
-                reply = Reply(response.status, _json(response.read()), dict(response.headers.items()))
+            response = self._opener.open(request, timeout=timeout)
         except urllib.error.HTTPError as exc:
             self._log(method, url, exc.code, started)
             raise _api_error(exc.code, exc.read()) from None
         except (urllib.error.URLError, OSError) as exc:
             self._log(method, url, None, started)
-            raise HubUnreachableError(
-                f"cannot reach the hub at {self.config.url}: {_reason(exc, timeout)}"
-            ) from None
-        self._log(method, url, reply.status, started)
-        return reply
+            raise self._unreachable(exc, timeout) from None
+        self._log(method, url, response.status, started)
+        return response
 
-    def stream(self, path: str, query: dict[str, Any], *, timeout_s: float | None) -> Iterator[bytes]:
-        """A GET's body as it arrives (logs); ``timeout_s`` None waits as long as the hub streams."""
-        url = self.config.url + urllib.parse.quote(path)
-        params = {k: v for k, v in query.items() if v is not None}
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        headers = {"Authorization": f"Bearer {self.config.token}"}
-        request = urllib.request.Request(url, headers=headers, method="GET")
-        started = time.monotonic()
-        try:
-            response = self._opener.open(request, timeout=timeout_s)
-        except urllib.error.HTTPError as exc:
-            self._log("GET", url, exc.code, started)
-            raise _api_error(exc.code, exc.read()) from None
-        except (urllib.error.URLError, OSError) as exc:
-            self._log("GET", url, None, started)
-            raise HubUnreachableError(
-                f"cannot reach the hub at {self.config.url}: {_reason(exc, timeout_s or 0)}"
-            ) from None
-        self._log("GET", url, response.status, started)
-        with response:
-            while chunk := response.read1(65536):
-                yield chunk
+    def _unreachable(self, exc: BaseException, timeout: float | None) -> HubUnreachableError:
+        return HubUnreachableError(f"cannot reach the hub at {self.config.url}: {_reason(exc, timeout or 0)}")
 
     def _log(self, method: str, url: str, status: int | None, started: float) -> None:
         if self.verbose:  # never the headers: they hold the token
