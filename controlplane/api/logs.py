@@ -112,17 +112,19 @@ async def _serve(
     headers = {"X-Edgeplane-Node": source.node, "X-Edgeplane-Log-Dropped": str(first.dropped)}
     if FOLLOW.parse(request):
         return await _follow(request, source, first.data, first.next_offset, ended, headers)
-    text, offset, size = first.data, first.next_offset, first.size
+    parts, offset, size = [first.data], first.next_offset, first.size
     for _ in range(limit // 1024 + 2):  # each round adds a chunk or ends; bounded either way
-        if offset >= size or len(text.encode()) >= limit or tail is not None:
+        taken = offset - first.offset  # the log's bytes read so far (what limit_bytes counts)
+        if offset >= size or taken >= limit or tail is not None:
             break
-        chunk = await source.chunk(offset=offset, max_bytes=min(limit - len(text.encode()), MAX_LOG_CHUNK))
+        chunk = await source.chunk(offset=offset, max_bytes=min(limit - taken, MAX_LOG_CHUNK))
         if not chunk.found or chunk.next_offset == offset:
             break
-        text, offset, size = text + chunk.data, chunk.next_offset, chunk.size
+        parts.append(chunk.data)
+        offset, size = chunk.next_offset, chunk.size
     headers["X-Edgeplane-Log-Next-Offset"] = str(offset)
     headers["X-Edgeplane-Log-Truncated"] = "true" if offset < size else "false"
-    return web.Response(text=text, content_type="text/plain", charset="utf-8", headers=headers)
+    return web.Response(text="".join(parts), content_type="text/plain", charset="utf-8", headers=headers)
 
 
 async def _follow(
