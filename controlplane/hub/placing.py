@@ -69,6 +69,8 @@ class PlacementRound:
                 await self.book.refresh_workload(s, workload_id)
                 return 0
             spec = WorkloadSpec.from_stored(workload.spec)
+            # Attempts so far per replica (the hub's lock is held: none is added meanwhile).
+            attempts = {p.replica: p.attempt for p in sorted(placements, key=lambda p: p.attempt)}
         outcome = self.placer.place(workload_id, spec, missing)
         unplaced = len(missing) - len(outcome.choices)
         if self.bid_deadline_ms > 0 and outcome.choices:
@@ -80,11 +82,9 @@ class PlacementRound:
         async with self.store.session() as s:
             workload = await s.get(WorkloadRow, workload_id)
             assert workload is not None  # the hub's lock is held: nothing deletes it meanwhile
-            placements = await queries.placements_of(s, workload_id)
-            latest = {p.replica: p for p in sorted(placements, key=lambda p: p.attempt)}
             now = time.time()
             for choice in outcome.choices:
-                attempt = latest[choice.replica].attempt + 1 if choice.replica in latest else 1
+                attempt = attempts.get(choice.replica, 0) + 1
                 placement = PlacementRow(
                     id=uuid.uuid4().hex,
                     workload_id=workload_id,
