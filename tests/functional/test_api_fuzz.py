@@ -84,7 +84,9 @@ def hub_up(tmp_path: Path) -> Iterator[Up]:
         )
     try:
         deadline = time.monotonic() + 60
-        while _health(up.base) != 200:
+        # up writes the admin token just after the API answers: wait for both, or the fuzzer
+        # would load the document without a token (a 401, "Schema Loading Error").
+        while _health(up.base) != 200 or up.token() is None:
             assert process.poll() is None, f"controlplane up exited:\n{up.log.read_text()}"
             assert time.monotonic() < deadline, f"/healthz not 200 within 60 s:\n{up.log.read_text()}"
             time.sleep(0.2)

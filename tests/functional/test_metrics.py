@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-from harness import PYTHON_FUNCTIONS, running_agents, running_hub
+from harness import PYTHON_FUNCTIONS, running_agents, running_hub, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.api.auth import AuthSettings
@@ -82,6 +82,10 @@ async def test_hub_and_agents_export_what_they_did(nats_server, sqlite_url, tmp_
 
         served: dict[str, Any] = {}
         for handle in agents:
+            # The hub counts a node Ready from its registration; its first heartbeat may follow
+            # later on a loaded machine.
+            await wait_for(lambda h=handle: _counted(h.agent.counters["heartbeats"]), bool)
+        for handle in agents:
             server = handle.agent.metrics
             assert server is not None and server.url
             status, content_type, text = await _scrape(server.url)
@@ -116,3 +120,7 @@ async def test_the_read_scope_is_what_metrics_need(nats_server, sqlite_url):
         writer = await IdentityStore(running.hub.store).create_api_token("writer", ["workloads"])
         status, _, _ = await _scrape(running.url + "/metrics", writer.token)
         assert status == 403
+
+
+async def _counted(value: int) -> int:
+    return value
