@@ -1,12 +1,15 @@
 """Decision latency of ``Scheduler.schedule`` on a large fleet (a command, not a test).
 
-Builds the seed-200 fleet scaled to ``--nodes``, loads it to a steady state with the preset's
-workload mix (placing arrivals, releasing them after their runtime in arrival order), then times
-``--decisions`` schedule() calls per profile, explanations included, and prints p50/p99/max per
-call (a workload of 4 replicas is one call: 4 cycles), p99 per replica, and p99 of the calling
-thread's CPU time (immune to other processes competing for the cores).
+Builds the seed-200 fleet scaled to each of ``--nodes``, loads it to a steady state with the
+preset's workload mix (placing arrivals, releasing them after their runtime in arrival order),
+then times the last ``--decisions`` schedule() calls per profile, explanations included as the
+hub asks for them, and prints a table: p50/p99/max per call (a workload of 4 replicas is one call:
+4 cycles), p99 per replica, p99 of the calling thread's CPU time (immune to other processes
+competing for the cores), decisions and placements (replicas) per second, and each profile's
+throughput as a ratio to the first profile's at the same fleet size.
 
-    python bench/scheduler_latency.py --nodes 1000 --profiles default,binpack,edgeplane
+    python bench/scheduler_latency.py --nodes 1000,5000 --profiles default,binpack,edgeplane \
+        --json latency.json --plot latency.png
     python bench/scheduler_latency.py --nodes 1000 --profiles edgeplane --metrics   # with /metrics' recording
 """
 
@@ -15,7 +18,9 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from prometheus_client import CollectorRegistry
@@ -52,12 +57,15 @@ def build(profile: str, nodes: int, seed: int, metrics: bool = False) -> tuple[S
     return sched, tasks
 
 
-def run(profile: str, nodes: int, decisions: int, seed: int, metrics: bool = False) -> dict[str, float]:
+def run(
+    profile: str, nodes: int, decisions: int, seed: int, metrics: bool = False, explain: bool = True
+) -> dict[str, float | str | bool]:
     sched, tasks = build(profile, nodes, seed, metrics)
     ends: list[tuple[float, str]] = []
     timings: list[float] = []
     per_replica: list[float] = []
     cpu_ms: list[float] = []
+    placed = 0
     warm = len(tasks) - decisions
     for i, task in enumerate(tasks):
         while ends and ends[0][0] <= task.arrival_s:
@@ -65,13 +73,15 @@ def run(profile: str, nodes: int, decisions: int, seed: int, metrics: bool = Fal
             sched.release(wid)
         t0 = time.perf_counter()
         c0 = time.thread_time()
-        decision = sched.schedule(task.request, enqueue=False)
+        # Explanations only where timed (they change no decision; the warm-up is faster without).
+        decision = sched.schedule(task.request, enqueue=False, explain=explain and i >= warm)
         cpu = time.thread_time() - c0
         elapsed = time.perf_counter() - t0
         if i >= warm:
             timings.append(elapsed * 1000.0)
             cpu_ms.append(cpu * 1000.0)
             per_replica.append(elapsed * 1000.0 / max(1, len(decision.placements)))
+            placed += sum(1 for p in decision.placements if p.placed)
         if decision.scheduled:
             heapq.heappush(ends, (task.arrival_s + task.runtime_s, task.request.id))
         elif any(p.placed for p in decision.placements):
@@ -92,22 +102,97 @@ def run(profile: str, nodes: int, decisions: int, seed: int, metrics: bool = Fal
         # on a shared machine.
         "p99_cpu_ms": float(np.percentile(cpu_ms, 99)),
         "decisions_per_s": float(len(arr) / (arr.sum() / 1000.0)),
+        # A placement is one replica placed (what kube-scheduler counts as a scheduled pod).
+        "placements_per_s": float(placed / (arr.sum() / 1000.0)),
+        "explain": explain,
     }
 
 
-def main() -> None:
+_COLUMNS = (
+    ("nodes", "nodes", "{:.0f}"),
+    ("p50 ms", "p50_ms", "{:.2f}"),
+    ("p99 ms/call", "p99_ms", "{:.2f}"),
+    ("p99 ms/replica", "p99_per_replica_ms", "{:.2f}"),
+    ("p99 CPU ms", "p99_cpu_ms", "{:.2f}"),
+    ("max ms", "max_ms", "{:.1f}"),
+    ("decisions/s", "decisions_per_s", "{:,.0f}"),
+    ("placements/s", "placements_per_s", "{:,.0f}"),
+)
+
+
+def table(results: list[dict[str, float | str | bool]]) -> str:
+    """A Markdown table, one row per (fleet size, profile), with the placement rate as a ratio to
+    the first profile's at the same fleet size."""
+    head = ["profile", *(c[0] for c in _COLUMNS), "placements/s vs " + str(results[0]["profile"])]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    base: dict[float, float] = {}
+    for r in results:
+        rate = float(r["placements_per_s"])
+        ref = base.setdefault(float(r["nodes"]), rate)
+        cells = [
+            str(r["profile"]),
+            *(fmt.format(float(r[key])) for _, key, fmt in _COLUMNS),
+            f"{rate / ref:.2f}x",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict[str, float | str | bool]], path: str) -> None:
+    """Placements per second and p99 per call against fleet size, one line per profile."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for profile in dict.fromkeys(str(r["profile"]) for r in results):
+        rows = sorted((r for r in results if r["profile"] == profile), key=lambda r: float(r["nodes"]))
+        xs = [float(r["nodes"]) for r in rows]
+        left.plot(xs, [float(r["placements_per_s"]) for r in rows], marker="o", label=profile)
+        right.plot(xs, [float(r["p99_ms"]) for r in rows], marker="o", label=profile)
+    left.axhline(1000, color="grey", linestyle=":", linewidth=1)
+    right.axhline(5, color="grey", linestyle=":", linewidth=1)
+    left.set(xlabel="nodes", ylabel="placements/s (one core)", title="throughput")
+    right.set(xlabel="nodes", ylabel="p99 ms per call", title="decision latency")
+    left.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--nodes", default="1000", help="fleet sizes, comma-separated (e.g. 1000,5000)")
     parser.add_argument("--profiles", default="default,binpack,edgeplane")
     parser.add_argument("--decisions", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument(
         "--metrics", action="store_true", help="record Prometheus metrics as the hub does (their overhead)"
     )
+    parser.add_argument(
+        "--no-explain", action="store_true", help="time decisions without explanations (the hub always asks)"
+    )
+    parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--plot", help="save a plot (PNG) of throughput and p99 against fleet size")
     args = parser.parse_args()
-    for profile in args.profiles.split(","):
-        print(json.dumps(run(profile, args.nodes, args.decisions, args.seed, args.metrics)))
+    try:
+        sizes = [int(n) for n in args.nodes.split(",")]
+    except ValueError:
+        parser.error(f"--nodes: expected comma-separated integers, got {args.nodes!r}")
+    results = []
+    for nodes in sizes:
+        for profile in args.profiles.split(","):
+            result = run(profile, nodes, args.decisions, args.seed, args.metrics, not args.no_explain)
+            print(json.dumps(result), file=sys.stderr)
+            results.append(result)
+    print(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    if args.plot:
+        plot(results, args.plot)
+        print(f"plot: {args.plot}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -111,6 +111,29 @@ class Candidates:
         return Assignment(cpu=float(self.cpu[k]), memory=int(self.memory[k]), gpus=gpus, mig=mig, dpus=dpus)
 
 
+# Request shapes whose static mask parts are kept at once (a fleet sees a handful of shapes).
+_SHAPES_CACHED = 256
+
+
+def _frozen(values: np.ndarray) -> np.ndarray:
+    """``values`` made read-only: cached masks are shared by every cycle of that shape."""
+    values.flags.writeable = False
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class _StaticActions:
+    """The parts of one request shape's mask that only node facts decide (see ``_static``)."""
+
+    total: IntArray
+    cpu_never: BoolArray
+    mem_never: BoolArray
+    gpu_never: BoolArray | None
+    mig_never: BoolArray | None
+    mig_rows: IntArray | None
+    dpu_never: BoolArray | None
+
+
 def _mig_ok(mig_gpu: BoolArray, profile: str, occ: IntArray, comp: IntArray) -> BoolArray:
     spec = MIG_SPECS[profile]
     masks = np.array([spec.mask(s) for s in spec.starts], dtype=np.int64)
@@ -151,10 +174,61 @@ class ActionSpace:
     def __init__(self, config: ActionSpaceConfig | None = None) -> None:
         self.config = config or ActionSpaceConfig()
 
+    def _static(self, table: NodeTable, res: ResourceRequest) -> _StaticActions:
+        """What of the mask depends on node facts alone, not on allocations: cached per request
+        shape in the table's ``static_cache`` (cleared when a node is added, changed or removed),
+        so a cycle recomputes only what the last placements changed."""
+        shapes: dict[tuple[object, ...], _StaticActions] = table.static_cache.setdefault("actions", {})
+        key = (res.cpu, res.memory, res.gpu, tuple(res.mig), res.dpu)
+        hit = shapes.get(key)
+        if hit is not None:
+            return hit
+        if len(shapes) >= _SHAPES_CACHED:
+            shapes.clear()  # a bounded cache: many shapes at once only cost the recomputation
+        n = len(table)
+        cfg = self.config
+        eps = 1e-9
+        first_cpu, first_mem = min(cfg.cpu_bins), min(cfg.memory_bins)
+        never = [
+            _frozen(res.cpu * first_cpu > table.cpu_cap + eps),
+            _frozen(res.memory * first_mem > table.mem_cap + eps),
+        ]
+        acc_total = np.ones(n, dtype=np.int64)
+        gpu_never = mig_never = dpu_never = None
+        mig_gpus = None
+        if res.gpu:
+            capacity = (table.has_gpu & ~table.mig_gpu).sum(axis=1)
+            acc_total *= _comb(capacity, res.gpu)
+            gpu_never = _frozen(capacity < res.gpu)
+        if res.mig:
+            mig_gpus = table.mig_gpu.sum(axis=1)
+            mig_never = _frozen(mig_gpus == 0)
+            if len(res.mig) == 1:
+                acc_total *= mig_gpus * len(MIG_SPECS[res.mig[0]].starts)
+            else:
+                acc_total *= (mig_gpus > 0).astype(np.int64)
+        if res.dpu:
+            acc_total *= _comb(table.dpu_count, res.dpu)
+            dpu_never = _frozen(table.dpu_count < res.dpu)
+        total = _frozen(
+            (len(cfg.cpu_bins) * len(cfg.memory_bins) * np.maximum(acc_total, 1)).astype(np.int64)
+        )
+        hit = shapes[key] = _StaticActions(
+            total=total,
+            cpu_never=never[0],
+            mem_never=never[1],
+            gpu_never=gpu_never,
+            mig_never=mig_never,
+            mig_rows=None if mig_gpus is None else _frozen(np.flatnonzero(mig_gpus > 0)),
+            dpu_never=dpu_never,
+        )
+        return hit
+
     def analyse(self, table: NodeTable, res: ResourceRequest) -> NodeActions:
         """Per node: actions in total, actions feasible now, and resource rejections."""
         n = len(table)
         cfg = self.config
+        static = self._static(table, res)
         rejections: list[Rejection] = []
         cpu_bins = np.array(sorted(cfg.cpu_bins))
         mem_bins = np.array(sorted(cfg.memory_bins))
@@ -176,63 +250,57 @@ class ActionSpace:
             n_mem = mem_fit.sum(axis=1)
             cpu_bin = np.where(n_cpu > 0, cpu_bins[np.argmax(cpu_fit, axis=1)], np.nan)
             mem_bin = np.where(n_mem > 0, mem_bins[np.argmax(mem_fit, axis=1)], np.nan)
-        cpu_never = res.cpu * cpu_bins[0] > table.cpu_cap + eps
-        mem_never = res.memory * mem_bins[0] > table.mem_cap + eps
         rejections.append(
-            Rejection(cpu_never, "node has too little cpu", Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+            Rejection(static.cpu_never, "node has too little cpu", Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
         )
         rejections.append(
-            Rejection(mem_never, "node has too little memory", Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+            Rejection(static.mem_never, "node has too little memory", Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
         )
         rejections.append(Rejection(n_cpu == 0, "Insufficient cpu"))
         rejections.append(Rejection(n_mem == 0, "Insufficient memory"))
-        bins_total = len(cpu_bins) * len(mem_bins)
-        acc_total = np.ones(n, dtype=np.int64)
-        acc_feasible = np.ones(n, dtype=np.int64)
+        feasible = n_cpu * n_mem
         mig_ok: BoolArray | None = None
-        if res.gpu:
-            whole = table.has_gpu & ~table.mig_gpu
-            capacity = whole.sum(axis=1)
+        if static.gpu_never is not None:
             free = table.free_whole_gpus()
-            acc_total *= _comb(capacity, res.gpu)
-            acc_feasible *= _comb(free, res.gpu)
+            feasible *= _comb(free, res.gpu)
             rejections.append(
-                Rejection(capacity < res.gpu, "node has too few GPUs", Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+                Rejection(static.gpu_never, "node has too few GPUs", Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
             )
             rejections.append(Rejection(free < res.gpu, "Insufficient nvidia.com/gpu"))
-        if res.mig:
-            mig_gpus = table.mig_gpu.sum(axis=1)
+        if static.mig_never is not None and static.mig_rows is not None:
             rejections.append(
-                Rejection(mig_gpus == 0, "node has no MIG-enabled GPU", Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+                Rejection(
+                    static.mig_never, "node has no MIG-enabled GPU", Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                )
             )
+            # Only nodes with a MIG-enabled GPU can hold an instance: the layouts are worked out
+            # for those rows alone (a tenth of the fleet in seed-200), the rest stay infeasible.
+            mig_rows = static.mig_rows
             if len(res.mig) == 1:
                 profile = res.mig[0]
-                mig_ok = _mig_ok(table.mig_gpu, profile, table.mig_occ, table.mig_comp)
-                acc_total *= mig_gpus * len(MIG_SPECS[profile].starts)
+                mig_ok = np.zeros((n, table.mig_gpu.shape[1], len(MIG_SPECS[profile].starts)), dtype=bool)
+                mig_ok[mig_rows] = _mig_ok(
+                    table.mig_gpu[mig_rows], profile, table.mig_occ[mig_rows], table.mig_comp[mig_rows]
+                )
                 feasible_mig = mig_ok.sum(axis=(1, 2))
-                acc_feasible *= feasible_mig
+                feasible *= feasible_mig
                 rejections.append(Rejection(feasible_mig == 0, f"Insufficient nvidia.com/mig-{profile}"))
             else:
                 # Several instances: one greedy layout per node stands for the node's options.
-                plans = self._mig_plan(table, np.arange(n, dtype=np.int64), list(res.mig))
-                ok = np.array([plan is not None for plan in plans[0]], dtype=bool)
-                acc_total *= (mig_gpus > 0).astype(np.int64)
-                acc_feasible *= ok.astype(np.int64)
+                ok = np.zeros(n, dtype=bool)
+                plans = self._mig_plan(table, mig_rows, list(res.mig))
+                ok[mig_rows] = [plan is not None for plan in plans[0]]
+                feasible *= ok
                 rejections.append(Rejection(~ok, "Insufficient nvidia.com/mig (no layout for all instances)"))
-        if res.dpu:
+        if static.dpu_never is not None:
             dpu_free = table.dpu_free()
-            acc_total *= _comb(table.dpu_count, res.dpu)
-            acc_feasible *= _comb(dpu_free, res.dpu)
+            feasible *= _comb(dpu_free, res.dpu)
             rejections.append(
-                Rejection(
-                    table.dpu_count < res.dpu, "node has too few DPUs", Code.UNSCHEDULABLE_AND_UNRESOLVABLE
-                )
+                Rejection(static.dpu_never, "node has too few DPUs", Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
             )
             rejections.append(Rejection(dpu_free < res.dpu, "Insufficient edgeplane.io/dpu"))
-        total = bins_total * np.maximum(acc_total, 1)
-        feasible = n_cpu * n_mem * acc_feasible
         return NodeActions(
-            total=total.astype(np.int64),
+            total=static.total,
             feasible=feasible.astype(np.int64),
             rejections=rejections,
             cpu_bin=cpu_bin,

@@ -197,13 +197,15 @@ class CycleRunner:
         return total, ranking, per_plugin
 
     def sample(self, feasible: np.ndarray, n: int) -> np.ndarray:
-        """kube-scheduler's percentageOfNodesToScore with a rotating start index."""
+        """kube-scheduler's percentageOfNodesToScore with a rotating start index; never fewer
+        than the profile's ``min_nodes_to_score`` (kube's minFeasibleNodesToFind, 100)."""
         pct = self.profile.percentage_of_nodes_to_score
-        if pct == 100 or n < 100:
+        floor = self.profile.min_nodes_to_score
+        if pct == 100 or n < floor:
             return feasible
         if pct == 0:
             pct = max(5, 50 - n // 125)
-        limit = max(100, n * pct // 100)
+        limit = max(floor, n * pct // 100)
         start = self.next_start % n
         if len(feasible) <= limit:
             self.next_start = start  # visited every node: the index wraps to where it was

@@ -238,6 +238,31 @@ def test_kube_sampling_scores_a_share_of_large_fleets(mk, profile):
     assert scored == (230 if profile == "default" else 500)
 
 
+def test_edgeplane_scores_every_node_up_to_its_floor_and_a_rotating_window_beyond(mk):
+    """``min_nodes_to_score`` (edgeplane: 1,000) bounds kube's adaptive share from below: a
+    1,200-node fleet (adaptive 41% = 492) scores 1,000 nodes, and the next cycle's window starts
+    where the last one stopped."""
+    s = mk.scheduler("edgeplane", nodes=[mk.cpu_node(f"n{i:04d}") for i in range(1200)])
+    assert s.profile.min_nodes_to_score == 1000
+    first = s.schedule(mk.request("w0")).explanation.replicas[0].nodes
+    assert (first.total, first.feasible, first.scored) == (1200, 1200, 1000)
+    assert s._cycles.next_start == 1000
+    second = s.schedule(mk.request("w1")).explanation.replicas[0].nodes
+    assert second.scored == 1000 and s._cycles.next_start == 800
+    small = mk.scheduler("edgeplane", nodes=[mk.cpu_node(f"n{i:03d}") for i in range(999)])
+    assert small.schedule(mk.request("w")).explanation.replicas[0].nodes.scored == 999
+
+
+def test_min_nodes_to_score_is_validated():
+    from controlplane.errors import ConfigError
+    from controlplane.scheduling.profiles import BUILTIN_PROFILES, parse_profile
+
+    for bad in (0, -5, 1.5, True, "100"):
+        with pytest.raises(ConfigError, match="min_nodes_to_score"):
+            parse_profile({**BUILTIN_PROFILES["default"], "min_nodes_to_score": bad})
+    assert parse_profile(BUILTIN_PROFILES["default"]).min_nodes_to_score == 100
+
+
 def test_feasible_nodes_runs_a_profiles_filters_and_leaves_the_cycles_untouched(mk):
     from controlplane.scheduling.profiles import FUNCTION_PROFILE
 
