@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from harness import running_hub, wait_for
+from harness import running_hub, spawn_agent, wait_for
 from sqlalchemy import select
 
 from edgeplane_contract.messages import (
@@ -145,3 +145,29 @@ async def test_stored_observations_are_replayed_after_a_hub_restart_and_only_the
         assert learned["observations"] == {"analytics": 2}
         assert learned["reports"]["learned"] == 0  # none arrived since this start
         assert learned["sensitivity"]["analytics"] > 0
+
+
+async def test_a_real_agent_s_success_reaches_the_estimate_exactly_once(nats_server, sqlite_url, tmp_path):
+    """End to end: nats-server, the hub, an ``edge-agent run`` process sampling its node's load."""
+    agent = spawn_agent(nats_server.url, "learn1", tmp_path, cpu="2")
+    try:
+        async with running_hub(nats_server.url, sqlite_url) as (running, api):
+            await wait_for(api.nodes, lambda n: len(n) == 1 and n[0]["status"] == "Ready")
+            body = {"name": "short", "command": ["sleep", "1.2"], "expected_runtime_s": 1.0}
+            workload_id = await api.post_workload(body)
+            await api.wait_status(workload_id, "Succeeded")
+            learned = await wait_for(
+                lambda: api.get("/v1/scheduler/interference"), lambda b: b["observations"] != {}
+            )
+            assert learned["observations"] == {"batch": 1}
+            assert learned["reports"] == {"learned": 1, "no_baseline": 0, "ignored": 0, "invalid": 0}
+            (row,) = await _rows(running.hub)
+            assert row.expected_s == 1.0 and 1.0 <= row.runtime_s < 10.0
+            # The seconds binned cover the run (sampled every second, the rest at its end).
+            assert abs(sum(row.load_seconds) - row.runtime_s) < 0.5
+            metrics = await (await api.session.get(api.base + "/metrics")).text()
+            assert 'edgeplane_interference_observations{kind="batch"} 1.0' in metrics
+    finally:
+        if agent.poll() is None:
+            agent.terminate()
+            agent.wait(timeout=10)
