@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+from pathlib import Path
 
 import pytest
 
-from edgeplane_contract.messages import RuntimeObservation
+from edgeplane_contract.messages import PlacementState, RunSpec, RuntimeObservation
 
+from edge_agent.executor import ProcessRunner
 from edge_agent.load_profile import LoadSampler
+from edge_agent.restarts import Backoff
 from edge_agent.telemetry.system import ProcPressureReader, PsutilBusyReader
 
 
@@ -179,3 +183,49 @@ async def test_the_loop_samples_only_while_something_runs():
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert observation is not None and observation.load_seconds[5] > 0
+
+
+# --- in the runner, with real processes --------------------------------------------------------
+
+
+async def _states(tmp_path: Path, command: list[str], policy: str) -> list[PlacementState]:
+    states: list[PlacementState] = []
+    load = LoadSampler(PsutilBusyReader(), interval_s=0.1)
+    runner = ProcessRunner(
+        work_dir=tmp_path,
+        on_change=lambda s: states.append(dataclasses.replace(s)),
+        backoff=Backoff(0.01, 0.05),
+        load=load,
+    )
+    sampling = asyncio.create_task(load.loop())
+    try:
+        await runner.start("p1", "w1", RunSpec(command=command, restart_policy=policy))
+        task = runner.placements["p1"].task
+        assert task is not None
+        await asyncio.wait_for(task, 10)
+    finally:
+        sampling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampling
+    assert "p1" not in load
+    return states
+
+
+async def test_the_runner_reports_the_final_runs_load_on_success_only(tmp_path):
+    # The first run sleeps 1 s and fails; the restart sleeps 0.2 s and succeeds.
+    runs = tmp_path / "runs"
+    count = f"n=$(( $(cat {runs} 2>/dev/null || echo 0) + 1 )); echo $n > {runs}"
+    script = f"{count}; [ $n -gt 1 ] && sleep 0.2 && exit 0; sleep 1; exit 1"
+    states = await _states(tmp_path / "ok", ["sh", "-c", script], "on-failure")
+    assert [(s.state, s.observation is None) for s in states] == [
+        ("Running", True),
+        ("Running", True),
+        ("Succeeded", False),
+    ]
+    observation = states[-1].observation
+    assert observation is not None and observation.invalid() is None
+    assert 0.2 <= observation.runtime_s < 0.9  # the final run only, not the failed one
+    assert sum(observation.load_seconds) == pytest.approx(observation.runtime_s, abs=0.05)
+
+    failed = await _states(tmp_path / "bad", ["sh", "-c", "sleep 0.2; exit 3"], "never")
+    assert failed[-1].state == "Failed" and failed[-1].observation is None
