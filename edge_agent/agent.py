@@ -44,6 +44,7 @@ from edge_agent.functions.pool import FunctionPool
 from edge_agent.heartbeats import Heartbeats
 from edge_agent.hub_link import HubLink
 from edge_agent.invocations import Invocations
+from edge_agent.load_profile import LoadSampler
 from edge_agent.local_decisions import LocalDecider
 from edge_agent.logs import LogFiles, LogService
 from edge_agent.metrics import AgentState, MetricsServer, agent_registry
@@ -55,6 +56,8 @@ from edge_agent.telemetry import (
     GpuReader,
     NvmlGpuReader,
     PowerReader,
+    ProcPressureReader,
+    PsutilBusyReader,
     PsutilSystemReader,
     SysfsPowerReader,
     SystemReader,
@@ -95,6 +98,9 @@ class Agent:
             cgroup_root=config.cgroup_root,
             cpu_quota=cpu_limiter.name,
         )
+        # The node's CPU load while placements run (one sampler for all of them): a success
+        # reports it, and the hub learns interference from it.
+        self.load = LoadSampler(PsutilBusyReader(), pressure=ProcPressureReader())
         self.runner = ProcessRunner(
             work_dir=Path(config.work_dir),
             on_change=self._on_state_change,
@@ -104,6 +110,7 @@ class Agent:
             state_file=Path(config.work_dir) / "placements.json",
             cpu_limiter=cpu_limiter,
             confinement=self.confinement,
+            load=self.load,
         )
         self.functions = FunctionPool(
             work_dir=Path(config.work_dir),
@@ -202,6 +209,7 @@ class Agent:
         if config.metrics_listen is not None:
             self.metrics = MetricsServer(agent_registry(self._metrics_state()), *config.metrics_listen)
         self._resume_task: asyncio.Task[None] | None = None
+        self._load_task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -267,6 +275,8 @@ class Agent:
         # Work a previous run of this agent left (it died, and its processes with it) is resumed
         # once the hub says it still wants it here, or without the hub within the autonomy window:
         # decided beside the connection, so that the node keeps serving whether or not a hub answers.
+        # Before anything runs (resumed work included), hub or no hub.
+        self._load_task = asyncio.create_task(self.load.loop(), name="load-sampler")
         undecided = self.runner.resumable()
         self.confinement.prune(keep={s.placement_id for s in undecided})  # work dirs of work not resumed
         if undecided:
@@ -276,6 +286,7 @@ class Agent:
         try:
             nc = await self.link.connect(self._stop, self._on_reconnected)
         except BaseException:  # stopped before NATS ever answered: nothing else was started
+            await stop_task(self._load_task)
             if self.metrics is not None:
                 await self.metrics.stop()
             raise
@@ -314,6 +325,7 @@ class Agent:
         for task in [*self._tasks, self.registration.task, self._resume_task]:
             await stop_task(task)
         await self.runner.stop_all()
+        await stop_task(self._load_task)  # after the placements: their ends still read the load
         self.runner.cpu_limiter.close()
         await self.functions.close()
         self.confinement.shutdown()

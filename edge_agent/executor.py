@@ -41,6 +41,7 @@ from edgeplane_contract.messages import PlacementState, RunSpec
 
 from edge_agent.cgroups import CpuLimiter, NoCpuLimit
 from edge_agent.confinement import Confinement
+from edge_agent.load_profile import LoadSampler
 from edge_agent.placement_file import PlacementFile, SavedPlacement
 from edge_agent.placement_process import RunningPlacement, start_process
 from edge_agent.restarts import Backoff, RestartChoice, as_requested, wants_restart
@@ -89,6 +90,7 @@ class ProcessRunner:
         state_file: Path | None = None,
         cpu_limiter: CpuLimiter | None = None,
         confinement: Confinement | None = None,
+        load: LoadSampler | None = None,
     ) -> None:
         self.work_dir = work_dir
         self.logs = work_dir / "logs"
@@ -105,6 +107,8 @@ class ProcessRunner:
         self._undecided: list[SavedPlacement] | None = None
         self.cpu_limiter: CpuLimiter = cpu_limiter or NoCpuLimit()
         self.confinement = confinement or Confinement.unconfined(work_dir)
+        # The node's load during each run, for the Succeeded report's observation (None: none).
+        self.load = load
 
     def running_ids(self) -> list[str]:
         return [pid for pid, p in self.placements.items() if p.state.state == "Running"]
@@ -228,12 +232,22 @@ class ProcessRunner:
 
     async def _spawn(self, entry: RunningPlacement) -> tuple[int, str] | None:
         """Start the placement's process with its current quotas; (exit code, message) if exec failed."""
-        return await start_process(
+        error = await start_process(
             entry, confinement=self.confinement, cpu_limiter=self.cpu_limiter, log_path=self._log_path(entry)
         )
+        if self.load is not None and error is None:
+            self.load.begin(entry.state.placement_id)  # every run starts afresh: only the last counts
+        return error
 
     def _release(self, entry: RunningPlacement) -> None:
-        """The placement ended: its cgroups, gid and work dir go (its processes are gone)."""
+        """The placement ended: its cgroups, gid and work dir go (its processes are gone); a
+        success carries the load its final run saw."""
+        if self.load is not None:
+            state = entry.state
+            if state.state == "Succeeded":
+                state.observation = self.load.finish(state.placement_id)
+            else:
+                self.load.drop(state.placement_id)
         self.cpu_limiter.release(entry.state.placement_id)
         if entry.sandbox is not None:
             self.confinement.close(entry.sandbox)

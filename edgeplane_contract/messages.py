@@ -25,6 +25,7 @@ type, one version); the codec that checks them is ``edgeplane_contract.codec``.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -59,6 +60,7 @@ __all__ = [
     "RetireAckV1",
     "RetireV1",
     "RunSpec",
+    "RuntimeObservation",
     "StatusReportV1",
     "Subjects",
     "Telemetry",
@@ -177,6 +179,44 @@ class Telemetry:
 
 
 @dataclass(slots=True)
+class RuntimeObservation:
+    """What the agent saw of a placement's final, successful run (the hub learns interference
+    from it: ``controlplane/hub/learning.py``).
+
+    ``runtime_s``: wall time of the final run alone (earlier runs before local restarts are not
+    counted: each restart runs the command from the start). ``load_seconds[j]``: seconds the node
+    spent with its CPU busy fraction in bin ``j`` of ``BINS`` equal bins of [0, 1] during that run.
+    ``cpu_pressure``: the mean of the node's ``/proc/pressure/cpu`` "some avg10" (as a fraction)
+    over the run's samples, None where the kernel has no PSI.
+
+    The codec checks types and finiteness; :meth:`invalid` the rest. A receiver that finds an
+    invalid observation ignores and counts it but applies the report (rejecting the whole report
+    would leave the agent resending it forever, and lose the placement's end).
+    """
+
+    BINS: ClassVar[int] = 10
+
+    runtime_s: float
+    load_seconds: list[float]
+    cpu_pressure: float | None = None
+
+    def invalid(self) -> str | None:
+        """Why this observation cannot be used (None: it can)."""
+        if not (math.isfinite(self.runtime_s) and self.runtime_s > 0):
+            return "runtime_s must be a positive number"
+        if len(self.load_seconds) != self.BINS:
+            return f"load_seconds must have {self.BINS} bins, not {len(self.load_seconds)}"
+        if not all(math.isfinite(x) and x >= 0 for x in self.load_seconds):
+            return "load_seconds must be non-negative numbers"
+        if sum(self.load_seconds) <= 0:
+            return "load_seconds must cover some time"
+        pressure = self.cpu_pressure
+        if pressure is not None and not (math.isfinite(pressure) and 0 <= pressure <= 1):
+            return "cpu_pressure must be a fraction in [0, 1]"
+        return None
+
+
+@dataclass(slots=True)
 class PlacementState:
     """The agent's view of one placement it runs or ran."""
 
@@ -190,6 +230,9 @@ class PlacementState:
     # How often the agent restarted the process locally (restart_policy); the state stays
     # Running while it restarts. Defaulted so that reports from older agents still parse.
     restarts: int = 0
+    # Only on a Succeeded state (Failed or Cancelled runs say nothing about slowdown); None when
+    # the agent did not see the whole final run. Defaulted so that older agents' reports parse.
+    observation: RuntimeObservation | None = None
 
 
 @dataclass(slots=True)

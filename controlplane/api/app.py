@@ -44,6 +44,7 @@ from controlplane.api.views import (
     Event,
     EventPage,
     Health,
+    Interference,
     Node,
     NodePage,
     PlacementExplanation,
@@ -216,6 +217,13 @@ async def list_events(request: web.Request) -> web.Response:
     items = [Event.of(r) for r in rows]
     page = EventPage(items=items, next_after=items[-1].id if items else after, limit=limit)
     return web.json_response(to_json(page))
+
+
+@routes.get("/v1/scheduler/interference")
+async def interference(request: web.Request) -> web.Response:
+    """What the scheduler learned of interference from the agents' observed runtimes."""
+    learning = request.app[HUB].learning
+    return web.json_response(to_json(Interference.of(learning.estimate(), learning.outcomes)))
 
 
 def create_app(

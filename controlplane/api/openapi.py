@@ -344,6 +344,13 @@ _PATHS: dict[str, Any] = {
             "responses": {"200": _json(_model(views.EventPage)), "422": _ERROR},
         }
     },
+    "/v1/scheduler/interference": {
+        "get": {
+            "operationId": "getInterference",
+            "summary": "The interference estimate learned from agents' observed runtimes",
+            "responses": {"200": _json(_model(views.Interference))},
+        }
+    },
     **console.OPENAPI_PATHS,
 }
 

@@ -6,12 +6,14 @@ live hub runs exactly the scheduler the simulator measures (``controlplane.sched
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from controlplane.federation.config import FederationConfig
 from controlplane.hub.placement import PlacementNode, PlacementOutcome, ReplicaChoice
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.scheduling.instrument import FrameworkRecorder
+from controlplane.scheduling.interference import InterferenceEstimate, LoadProfile
 from controlplane.scheduling.model import (
     Assignment,
     Feasibility,
@@ -148,3 +150,24 @@ class FrameworkPlacer:
 
     def function_nodes(self, request: WorkloadRequest) -> Feasibility:
         return self.scheduler.feasible_nodes(request, FUNCTION_PROFILE)
+
+    def observe_runtime(
+        self, kind: str, expected_s: float, observed_s: float, load_seconds: Sequence[float]
+    ) -> bool:
+        estimator = self.scheduler.interference
+        if estimator is None:
+            return False
+        before = len(estimator)
+        # Live agents do not count I/O-heavy neighbours: io_others stays 0 (the I/O penalty
+        # keeps its prior here).
+        self.scheduler.observe_runtime(kind, expected_s, observed_s, LoadProfile(list(load_seconds)))
+        return len(estimator) > before
+
+    def interference(self, *, use: bool = False) -> InterferenceEstimate | None:
+        estimator = self.scheduler.interference
+        if estimator is None:
+            return None
+        estimate = estimator.estimate()
+        if use:
+            self.scheduler.use_interference(estimate)
+        return estimate

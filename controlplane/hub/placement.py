@@ -4,11 +4,13 @@ the one placement engine of workloads."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.scheduling.explanation import PlacementExplanation
+from controlplane.scheduling.interference import InterferenceEstimate
 from controlplane.scheduling.model import Feasibility, WorkloadRequest
 
 __all__ = ["PlacementNode", "PlacementOutcome", "Placer", "ReplicaChoice"]
@@ -88,4 +90,17 @@ class Placer(Protocol):
     def function_nodes(self, request: WorkloadRequest) -> Feasibility:
         """The nodes where one instance of a function fits now (the ``functions`` profile's
         filters over the same nodes and reservations as workloads); nothing is reserved."""
+        ...
+
+    def observe_runtime(
+        self, kind: str, expected_s: float, observed_s: float, load_seconds: Sequence[float]
+    ) -> bool:
+        """A replica of ``kind`` ran ``observed_s`` against ``expected_s`` alone, its node spending
+        ``load_seconds[j]`` in CPU-load bin ``j``: feed the interference estimate. True when the
+        estimate took it (False: the profile does not learn, or the observation says nothing)."""
+        ...
+
+    def interference(self, *, use: bool = False) -> InterferenceEstimate | None:
+        """The current interference estimate (None: the profile does not learn); ``use`` also
+        makes the scores use it now (after a replay, rather than at the next periodic refit)."""
         ...

@@ -14,10 +14,11 @@ each handler is a few lines handing the message to them under the hub's lock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -35,6 +36,7 @@ from edgeplane_contract.transport import PAYLOAD_MARGIN
 from controlplane.bus.hub_bus import HubBus
 from controlplane.errors import NotFoundError, ValidationError
 from controlplane.hub.dispatch import Dispatcher, Sent
+from controlplane.hub.learning import InterferenceLearning
 from controlplane.hub.leases import hold_for, hold_over, partitions, scan_leases
 from controlplane.hub.nodes import NodeLive
 from controlplane.hub.placement import Placer
@@ -100,7 +102,9 @@ class Hub:
         self.nodes = self.registry.nodes  # what the API, the bid round and the functions read
         self.dispatch = Dispatcher(bus, self.nodes, resend_after_s=settings.command_timeout_s)
         self._active: dict[str, tuple[str, int, str]] = {}  # placement id -> (workload, replica, node)
-        self.book = PlacementBook(placer, self._active, wake=self.wake)
+        # Runtime observations of successes -> the scheduler's interference estimate.
+        self.learning = InterferenceLearning(placer, keep=settings.runtime_observations_kept)
+        self.book = PlacementBook(placer, self._active, wake=self.wake, learning=self.learning)
         self.placing = PlacementRound(
             store,
             placer,
@@ -121,6 +125,7 @@ class Hub:
         self.started = False
         self.functions = functions(self)
         self.metrics.watch(self)
+        self.metrics.watch_interference(self.learning)
 
     # --- start / stop ---------------------------------------------------------------------
 
@@ -154,6 +159,7 @@ class Hub:
 
     async def _load_state(self) -> None:
         async with self.store.session() as s:
+            await self.learning.load(s)
             for node in await self.registry.load(s):
                 self.placer.upsert_node(placement_node(node, self.federation))
             active = await queries.active_placements(s)
@@ -194,6 +200,18 @@ class Hub:
 
     # --- agent messages -------------------------------------------------------------------
 
+    @contextlib.asynccontextmanager
+    async def _learning_transaction(self) -> AsyncIterator[AsyncSession]:
+        """A store transaction that may end placements as Succeeded: the runtime observations it
+        stored reach the estimator only once it has committed (under the hub's lock)."""
+        try:
+            async with self.store.session() as s:
+                yield s
+        except BaseException:
+            self.learning.discard()
+            raise
+        self.learning.commit()
+
     def _refuse(self, node_name: str, reason: str) -> RegisterAckV1:
         self.bus.reject("register", node_name, reason)
         return RegisterAckV1(accepted=False, reason=reason, hub_id=self.settings.hub_id)
@@ -202,7 +220,7 @@ class Hub:
         refusal = await self.registry.refusal(node_name, msg)
         if refusal is not None:
             return self._refuse(node_name, refusal)
-        async with self._lock, self.store.session() as s:
+        async with self._lock, self._learning_transaction() as s:
             row = await s.get(NodeRow, node_name)
             taken = self.registry.name_taken(row, msg)
             if taken is not None:
@@ -260,7 +278,7 @@ class Hub:
     async def handle_report(self, node_name: str, msg: StatusReportV1) -> None:
         if msg.report_id in self._seen_reports:
             return
-        async with self._lock, self.store.session() as s:
+        async with self._lock, self._learning_transaction() as s:
             placement = await s.get(PlacementRow, msg.placement.placement_id)
             if placement is None:
                 log.warning("report %s for unknown placement %s", msg.report_id, msg.placement.placement_id)

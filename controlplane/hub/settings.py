@@ -36,6 +36,9 @@ class HubSettings:
     # NATS server authenticates them; this is the hub's own check behind it).
     require_enrolment: bool = False
     registration: RegistrationLimits = field(default_factory=RegistrationLimits)
+    # Runtime observations kept in the store and replayed into the interference estimate at
+    # start (``hub.learning``): the newest this many.
+    runtime_observations_kept: int = 5000
 
 
 class SeenIds:

@@ -137,6 +137,9 @@ class WorkloadSpec(PlacementTerms):
     env: dict[str, str] = field(default_factory=dict)
     kind: str = "batch"
     timeout_s: float | None = None
+    # How long one replica runs alone on an idle node, when the user knows: the hub learns
+    # interference from observed runtimes against it (``hub.learning``); None: from history.
+    expected_runtime_s: float | None = None
     restart_policy: str = "never"
     max_restarts: int = DEFAULT_MAX_RESTARTS
 
@@ -150,14 +153,20 @@ class WorkloadSpec(PlacementTerms):
         return {key: data[key] for key in _STORED_ORDER}  # what to run first, as users write it
 
     def request(self, workload_id: str) -> WorkloadRequest:
-        """This workload as the scheduler places it (its run time bounded by ``timeout_s``)."""
+        """This workload as the scheduler places it (its run time the expected one, else bounded
+        by ``timeout_s``)."""
+        expected = self.expected_runtime_s if self.expected_runtime_s is not None else self.timeout_s
         return WorkloadRequest(
             workload_id,
             name=self.name,
-            kind=SCHEDULER_KIND.get(self.kind, "batch"),
-            expected_runtime_s=self.timeout_s,
+            kind=self.scheduler_kind(),
+            expected_runtime_s=expected,
             **self.placement_terms(),
         )
+
+    def scheduler_kind(self) -> str:
+        """The kind the scheduler knows this workload as (its interference sensitivity's key)."""
+        return SCHEDULER_KIND.get(self.kind, "batch")
 
     def run_spec(self, gpu_indices: list[int]) -> RunSpec:
         """What the agent gets in the run command of one replica placed with these GPUs."""
@@ -226,6 +235,7 @@ class WorkloadSpec(PlacementTerms):
         spec.kind = data.get("kind", "batch")
         spec.sla_latency_s = data.get("sla_latency_s")
         spec.timeout_s = data.get("timeout_s")
+        spec.expected_runtime_s = data.get("expected_runtime_s")  # absent in older stored specs
         # Specs stored before restarts existed have neither key.
         spec.restart_policy = data.get("restart_policy", "never")
         spec.max_restarts = int(data.get("max_restarts", DEFAULT_MAX_RESTARTS))
@@ -240,6 +250,7 @@ _STORED_ORDER = (
     "kind",
     "sla_latency_s",
     "timeout_s",
+    "expected_runtime_s",
     "restart_policy",
     "max_restarts",
 )
@@ -379,7 +390,7 @@ ANTI_AFFINITY = Model(
 )
 
 
-def _seconds(name: str) -> Field:
+def _seconds(name: str, description: str = "") -> Field:
     return Field(
         name,
         Number(
@@ -389,6 +400,7 @@ def _seconds(name: str) -> Field:
             range_message=f"must be a number of seconds from {MIN_SECONDS} to {MAX_SECONDS}",
         ),
         nullable=True,
+        description=description,
     )
 
 
@@ -416,6 +428,11 @@ WORKLOAD: Model[WorkloadSpec] = Model(
         Field("kind", Choice(KINDS)),
         _seconds("sla_latency_s"),
         _seconds("timeout_s"),
+        _seconds(
+            "expected_runtime_s",
+            "how long one replica runs alone on an idle node; the hub learns interference from "
+            "observed runtimes against it (omitted: from the workload's earlier runs)",
+        ),
         Field(
             "restart_policy",
             Choice(RESTART_POLICIES),

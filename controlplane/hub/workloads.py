@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from edgeplane_contract.messages import CommandAckV1, PlacementState
 
 from controlplane.hub.dispatch import AckEffect, Sent
+from controlplane.hub.learning import InterferenceLearning
 from controlplane.hub.lifecycle import ReportEffect, late_success_blocked_by, report_effect, workload_verdict
 from controlplane.hub.placement import Placer
 from controlplane.store import queries
@@ -33,11 +34,18 @@ class PlacementBook:
     is the hub's map of live placements, shared; ``wake`` asks the reconcile loop for a round."""
 
     def __init__(
-        self, placer: Placer, active: dict[str, tuple[str, int, str]], *, wake: Callable[[], None]
+        self,
+        placer: Placer,
+        active: dict[str, tuple[str, int, str]],
+        *,
+        wake: Callable[[], None],
+        learning: InterferenceLearning | None = None,
     ) -> None:
         self.placer = placer
         self._active = active
         self._wake = wake
+        # Where a success's runtime observation goes (None: nowhere).
+        self.learning = learning
 
     async def apply_report(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
         """Move a placement forward by an agent's report (``lifecycle.report_effect``)."""
@@ -66,6 +74,13 @@ class PlacementBook:
             placement.exit_code = state.exit_code
             placement.started_at = placement.started_at or state.started_at
             await self.end(s, placement, state.state, state.message, finished_at=state.finished_at)
+            if state.state == "Succeeded":
+                await self._learn(s, placement, state)
+
+    async def _learn(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
+        """Only here, where a placement becomes Succeeded: a replay finds it ended (IGNORE)."""
+        if self.learning is not None:
+            await self.learning.record(s, placement, state.observation)
 
     async def _late_success(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
         """A replica reported Succeeded after its placement was marked Lost (its node was silent,
@@ -109,6 +124,7 @@ class PlacementBook:
             if replacements
             else "",
         )
+        await self._learn(s, placement, state)
         await self.refresh_workload(s, placement.workload_id)
 
     def _note_restarts(

@@ -19,8 +19,9 @@ from controlplane.federation.config import FederationConfig
 from controlplane.hub.nodes import NodeLive
 from controlplane.observe.functions import FunctionMetrics
 from controlplane.observe.scheduler import SchedulerMetrics
+from controlplane.scheduling.interference import InterferenceEstimate
 
-__all__ = ["BidMetrics", "HubMetrics", "HubView"]
+__all__ = ["BidMetrics", "HubMetrics", "HubView", "InterferenceView"]
 
 NODE_STATUSES = ("Ready", "NotReady")  # always exported, 0 when no node has them
 
@@ -48,6 +49,14 @@ class HubView(Protocol):
     def placer(self) -> PlacementView: ...
     @property
     def functions(self) -> InstanceView: ...
+
+
+class InterferenceView(Protocol):
+    """What the scrape reads of live interference learning (``hub.learning`` is one)."""
+
+    @property
+    def outcomes(self) -> Mapping[str, int]: ...
+    def estimate(self) -> InterferenceEstimate | None: ...
 
 
 class BidMetrics:
@@ -93,12 +102,19 @@ class HubMetrics:
             registry=self.registry,
         )
         self._watched = False
+        self._watched_interference = False
 
     def watch(self, hub: HubView) -> None:
         """Read ``hub``'s live state at every scrape (once per registry)."""
         if not self._watched:
             self.registry.register(HubCollector(hub))
             self._watched = True
+
+    def watch_interference(self, learning: InterferenceView) -> None:
+        """Read the interference estimate at every scrape (once per registry)."""
+        if not self._watched_interference:
+            self.registry.register(InterferenceCollector(learning))
+            self._watched_interference = True
 
 
 def _gauge(name: str, doc: str, labels: Iterable[str]) -> GaugeMetricFamily:
@@ -198,3 +214,49 @@ class HubCollector(Collector):
         for (function, state), count in sorted(counts.items()):
             family.add_metric([function, state], float(count))
         yield family
+
+
+class InterferenceCollector(Collector):
+    """The interference estimate learned from the agents' observations, at scrape time (the
+    estimate is refitted only when an observation arrived since the last scrape)."""
+
+    def __init__(self, learning: InterferenceView) -> None:
+        self.learning = learning
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        outcomes = CounterMetricFamily(
+            "edgeplane_interference_reports",
+            "Runtime observations that successes carried, by what became of them (learned; "
+            "no_baseline: no expected runtime yet; ignored: the estimator took nothing from it; "
+            "invalid: malformed, dropped)",
+            labels=["outcome"],
+        )
+        for outcome, count in sorted(self.learning.outcomes.items()):
+            outcomes.add_metric([outcome], float(count))
+        yield outcomes
+        estimate = self.learning.estimate()
+        if estimate is None:  # the hub's profile does not learn interference
+            return
+        knee = _gauge("edgeplane_interference_knee", "Learned CPU-load knee where slowdown starts", [])
+        knee.add_metric([], estimate.knee)
+        sensitivity = _gauge(
+            "edgeplane_interference_sensitivity",
+            "Learned slowdown sensitivity above the knee, by kind",
+            ["kind"],
+        )
+        sensitivity_sd = _gauge(
+            "edgeplane_interference_sensitivity_sd",
+            "Posterior standard deviation of the sensitivity",
+            ["kind"],
+        )
+        for kind in sorted(estimate.sensitivity):
+            sensitivity.add_metric([kind], estimate.sensitivity[kind])
+            sensitivity_sd.add_metric([kind], estimate.sensitivity_sd.get(kind, 0.0))
+        observations = _gauge(
+            "edgeplane_interference_observations",
+            "Observations in the estimate (replayed from the store at start included), by kind",
+            ["kind"],
+        )
+        for kind, count in sorted(estimate.observations.items()):
+            observations.add_metric([kind], float(count))
+        yield from (knee, sensitivity, sensitivity_sd, observations)

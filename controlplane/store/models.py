@@ -22,6 +22,7 @@ __all__ = [
     "NodeCredentialRow",
     "NodeRow",
     "PlacementRow",
+    "RuntimeObservationRow",
     "WorkloadRow",
 ]
 
@@ -107,6 +108,30 @@ class PlacementRow(Base):
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class RuntimeObservationRow(Base):
+    """One successful placement's observed runtime and its node's CPU load meanwhile (from the
+    agent's report): what the interference estimate is refitted from at start (``hub.learning``)."""
+
+    __tablename__ = "runtime_observations"
+    __table_args__ = (Index("ix_runtime_observations_history", "workload_name", "kind", "quiet"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # One observation per placement: a replayed report cannot add a second.
+    placement_id: Mapped[str] = mapped_column(String(32), unique=True)
+    workload_id: Mapped[str] = mapped_column(String(32))
+    workload_name: Mapped[str] = mapped_column(String(63))
+    kind: Mapped[str] = mapped_column(String(16))
+    node: Mapped[str] = mapped_column(String(63))
+    runtime_s: Mapped[float] = mapped_column(Float)
+    # The solo runtime it was compared with (the spec's, else the history's); None: none known.
+    expected_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    load_seconds: Mapped[list[Any]] = mapped_column(default=list)
+    # Nearly all of the run below the lowest candidate knee: a solo-runtime baseline for later runs.
+    quiet: Mapped[bool] = mapped_column(Boolean, default=False)
+    cpu_pressure: Mapped[float | None] = mapped_column(Float, nullable=True)
+    observed_at: Mapped[float] = mapped_column(Float)
 
 
 class EventRow(Base):

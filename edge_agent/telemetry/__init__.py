@@ -6,13 +6,25 @@ fixture files (a fake ``/sys/class/power_supply`` tree) or substitute a fixed re
 
 from edge_agent.telemetry.gpu import GpuReader, NvmlGpuReader
 from edge_agent.telemetry.power import PowerReader, PowerState, SysfsPowerReader
-from edge_agent.telemetry.system import PsutilSystemReader, SystemReader, SystemSample
+from edge_agent.telemetry.system import (
+    CpuBusyReader,
+    CpuPressureReader,
+    ProcPressureReader,
+    PsutilBusyReader,
+    PsutilSystemReader,
+    SystemReader,
+    SystemSample,
+)
 
 __all__ = [
+    "CpuBusyReader",
+    "CpuPressureReader",
     "GpuReader",
     "NvmlGpuReader",
     "PowerReader",
     "PowerState",
+    "ProcPressureReader",
+    "PsutilBusyReader",
     "PsutilSystemReader",
     "SysfsPowerReader",
     "SystemReader",

@@ -1,14 +1,27 @@
-"""CPU and memory readings through psutil."""
+"""CPU and memory readings through psutil; the CPU's busy fraction between two readings, and its
+pressure (PSI) where the kernel has it, for the load profile of running placements."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import psutil
 
-__all__ = ["PsutilSystemReader", "SystemReader", "SystemSample"]
+__all__ = [
+    "DEFAULT_CPU_PRESSURE_PATH",
+    "CpuBusyReader",
+    "CpuPressureReader",
+    "ProcPressureReader",
+    "PsutilBusyReader",
+    "PsutilSystemReader",
+    "SystemReader",
+    "SystemSample",
+]
+
+DEFAULT_CPU_PRESSURE_PATH = "/proc/pressure/cpu"
 
 
 @dataclass(slots=True)
@@ -43,3 +56,65 @@ class PsutilSystemReader:
             memory_used_bytes=int(memory.total - memory.available),
             load_1m=float(load),
         )
+
+
+class CpuBusyReader(Protocol):
+    def busy_fraction(self) -> float | None:
+        """The node's CPU busy fraction in [0, 1] since the previous call (None on the first)."""
+
+
+class PsutilBusyReader:
+    """The busy fraction from ``/proc/stat`` counters (psutil's ``cpu_times``), with a baseline of
+    its own: ``psutil.cpu_percent(interval=None)`` keeps one per process, which the heartbeat's
+    reading would reset under this one."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, float] | None = None
+
+    @staticmethod
+    def _times() -> tuple[float, float]:
+        times = psutil.cpu_times()
+        # Waiting for I/O is idle time to the CPU (Linux counts it apart from idle).
+        idle = times.idle + getattr(times, "iowait", 0.0)
+        return idle, sum(times)
+
+    def busy_fraction(self) -> float | None:
+        idle, total = self._times()
+        last, self._last = self._last, (idle, total)
+        if last is None:
+            return None
+        d_total = total - last[1]
+        if d_total <= 0:  # no tick between the readings: nothing measured
+            return None
+        return min(1.0, max(0.0, 1.0 - (idle - last[0]) / d_total))
+
+
+class CpuPressureReader(Protocol):
+    def some_avg10(self) -> float | None:
+        """The share of the last 10 s some task waited for a CPU, in [0, 1] (None: no PSI)."""
+
+
+class ProcPressureReader:
+    """Reads ``some avg10=`` of a PSI file (``/proc/pressure/cpu``); None where it is missing."""
+
+    def __init__(self, path: str | Path = DEFAULT_CPU_PRESSURE_PATH) -> None:
+        self.path = Path(path)
+
+    def some_avg10(self) -> float | None:
+        try:
+            text = self.path.read_text(encoding="ascii", errors="replace")
+        except OSError:
+            return None
+        for line in text.splitlines():
+            fields = line.split()
+            if not fields or fields[0] != "some":
+                continue
+            for item in fields[1:]:
+                key, _, value = item.partition("=")
+                if key == "avg10":
+                    try:
+                        share = float(value) / 100.0
+                    except ValueError:
+                        return None
+                    return min(1.0, max(0.0, share)) if share == share else None  # NaN: unreadable
+        return None

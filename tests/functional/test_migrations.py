@@ -19,6 +19,7 @@ TABLES = {
     "api_tokens",
     "join_tokens",
     "node_credentials",
+    "runtime_observations",
 }
 
 

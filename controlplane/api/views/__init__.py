@@ -31,6 +31,7 @@ from controlplane.api.views.nodes import (
     RevokedNode,
     RevokedUnknownNode,
 )
+from controlplane.api.views.scheduling import Interference
 from controlplane.api.views.workloads import (
     Placement,
     PlacementDecision,
@@ -52,6 +53,7 @@ __all__ = [
     "Function",
     "FunctionList",
     "Health",
+    "Interference",
     "Invocation",
     "JoinReply",
     "Node",
@@ -96,6 +98,7 @@ RESPONSE_MODELS: tuple[type, ...] = (
     Invocation,
     Event,
     EventPage,
+    Interference,
 )
 # The stored specs a response carries have components of their own (openapi.py adds them).
 _COMPONENTS: dict[Any, str] = {

@@ -16,6 +16,7 @@ from edgeplane_contract.messages import FunctionInstance as ReportedInstance
 from controlplane.api import views
 from controlplane.api.openapi import _REQUEST_MODELS, openapi_document
 from controlplane.hub.spec import WorkloadSpec
+from controlplane.scheduling.interference import InterferenceEstimate, InterferenceEstimator, LoadProfile
 from controlplane.serverless.estimates import FunctionStats
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.serverless.window import Window
@@ -165,6 +166,8 @@ async def _samples() -> dict[type, list[Any]]:
         views.Invocation.of(queued),
         event,
         views.EventPage([event], 7, 100),
+        views.Interference.of(_learned(), {"learned": 1, "invalid": 0}),
+        views.Interference.of(None, {}),
     ]
     nested = [
         node.power,
@@ -178,6 +181,12 @@ async def _samples() -> dict[type, list[Any]]:
     for sample in rendered + nested:
         out.setdefault(type(sample), []).append(sample)
     return out
+
+
+def _learned() -> InterferenceEstimate:
+    estimator = InterferenceEstimator()
+    estimator.observe("batch", 1.0, 2.0, LoadProfile([0.0] * 9 + [2.0]))
+    return estimator.estimate()
 
 
 def _validator(component: str) -> Any:

@@ -1,0 +1,178 @@
+"""Live interference learning: what agents observed of successful runs, fed to the scheduler.
+
+An agent's Succeeded report carries a :class:`~edgeplane_contract.messages.RuntimeObservation`
+(the final run's runtime, and the seconds its node spent in each CPU-load bin meanwhile). When a
+placement *becomes* Succeeded (``hub.workloads.PlacementBook``; a replayed or duplicated report
+finds it already ended and changes nothing) the hub:
+
+1. ignores and counts an observation that fails :meth:`RuntimeObservation.invalid` (the report's
+   state is still applied: refusing the report would leave the agent resending it forever);
+2. compares the runtime with the workload's solo runtime: ``expected_runtime_s`` of its spec when
+   the user gave one, else the workload's own history: the fastest runtime among the stored
+   observations of workloads of the same name and kind whose run was *quiet* (at least
+   ``QUIET_SHARE`` of its time below the lowest candidate knee, where no knee on the estimator's
+   grid sees contention). No such run yet: the observation is stored (it may become the baseline
+   of later runs) but not fed. ``timeout_s`` is a bound, not an estimate, so it is never used;
+3. stores it (one row per placement: the unique placement id is the second guard against a
+   double count) and, once the transaction has committed, feeds the scheduler's estimator
+   (:meth:`Placer.observe_runtime`); a failed commit feeds nothing (the agent sends it again).
+
+Persistence: the observations themselves (the last ``keep``, 5,000 by default), replayed into the
+estimator in arrival order at start, rather than the estimator's sufficient statistics. The
+statistics depend on the estimator's model (its knee grid, features, clipping, prior), which can
+change between versions: raw observations refit under whatever model the hub runs now, and they
+are what the history baseline reads anyway. 5,000 replays cost a few tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from edgeplane_contract.messages import RuntimeObservation
+
+from controlplane.hub.placement import Placer
+from controlplane.hub.spec import WorkloadSpec
+from controlplane.scheduling.interference import KNEE_GRID, InterferenceEstimate
+from controlplane.store.models import PlacementRow, RuntimeObservationRow, WorkloadRow
+
+__all__ = ["DEFAULT_KEEP", "OUTCOMES", "QUIET_SHARE", "InterferenceLearning", "quiet"]
+
+log = logging.getLogger("edgeplane.hub.learning")
+
+DEFAULT_KEEP = 5000
+QUIET_SHARE = 0.9
+# What became of each observation a success carried (the metric's label values).
+OUTCOMES = ("learned", "no_baseline", "ignored", "invalid")
+
+
+def quiet(load_seconds: list[float]) -> bool:
+    """Whether nearly all of a run (``QUIET_SHARE``) had the CPU below the lowest candidate knee."""
+    total = sum(load_seconds)
+    bins = len(load_seconds)
+    if total <= 0 or bins == 0:
+        return False
+    below = sum(s for j, s in enumerate(load_seconds) if (j + 1) / bins <= KNEE_GRID[0])
+    return below >= QUIET_SHARE * total
+
+
+@dataclass(frozen=True, slots=True)
+class _Feed:
+    kind: str
+    expected_s: float
+    runtime_s: float
+    load_seconds: list[float]
+
+
+class InterferenceLearning:
+    """Stores observations and feeds them to ``placer``; see the module docstring. Its methods run
+    inside the hub's lock (``record`` in the caller's transaction, then ``commit`` or ``discard``)."""
+
+    def __init__(self, placer: Placer, *, keep: int = DEFAULT_KEEP) -> None:
+        self.placer = placer
+        self.keep = keep
+        self.outcomes: Counter[str] = Counter({outcome: 0 for outcome in OUTCOMES})
+        self._pending: list[_Feed] = []
+        self._estimate: InterferenceEstimate | None = None
+        self._fed = 0  # observations the estimator took (the cached estimate's age)
+        self._estimated_at = -1
+
+    async def load(self, s: AsyncSession) -> int:
+        """Replay the stored observations into the estimator (hub start); how many it took."""
+        rows = (
+            await s.scalars(
+                select(RuntimeObservationRow)
+                .where(RuntimeObservationRow.expected_s.is_not(None))
+                .order_by(RuntimeObservationRow.id)
+            )
+        ).all()
+        taken = 0
+        for row in rows:
+            assert row.expected_s is not None
+            seconds = [float(x) for x in row.load_seconds]
+            taken += self.placer.observe_runtime(row.kind, row.expected_s, row.runtime_s, seconds)
+        self._fed += taken
+        if taken:
+            self.placer.interference(use=True)  # the scores use the replayed fit from the start
+        log.info("interference: %d stored observation(s) replayed", taken)
+        return taken
+
+    async def record(
+        self, s: AsyncSession, placement: PlacementRow, observation: RuntimeObservation | None
+    ) -> None:
+        """A placement just became Succeeded with ``observation`` (None: the agent had none)."""
+        if observation is None:
+            return
+        why = observation.invalid()
+        if why is not None:
+            self.outcomes["invalid"] += 1
+            log.warning("ignored the runtime observation of %s on %s: %s", placement.id, placement.node, why)
+            return
+        known = await s.scalar(
+            select(RuntimeObservationRow.id).where(RuntimeObservationRow.placement_id == placement.id)
+        )
+        workload = await s.get(WorkloadRow, placement.workload_id)
+        if known is not None or workload is None:
+            return
+        spec = WorkloadSpec.from_stored(workload.spec)
+        kind = spec.scheduler_kind()
+        expected = spec.expected_runtime_s
+        if expected is None:
+            expected = await self._baseline(s, workload.name, kind)
+        seconds = list(observation.load_seconds)
+        row = RuntimeObservationRow(
+            placement_id=placement.id,
+            workload_id=workload.id,
+            workload_name=workload.name,
+            kind=kind,
+            node=placement.node,
+            runtime_s=observation.runtime_s,
+            expected_s=expected,
+            load_seconds=seconds,
+            quiet=quiet(seconds),
+            cpu_pressure=observation.cpu_pressure,
+            observed_at=time.time(),
+        )
+        s.add(row)
+        await s.flush()  # its id, for the trim
+        await s.execute(delete(RuntimeObservationRow).where(RuntimeObservationRow.id <= row.id - self.keep))
+        if expected is None:
+            self.outcomes["no_baseline"] += 1
+            return
+        self._pending.append(_Feed(kind, expected, observation.runtime_s, seconds))
+
+    async def _baseline(self, s: AsyncSession, name: str, kind: str) -> float | None:
+        """The fastest quiet run stored of workloads named ``name`` of ``kind`` (None: none)."""
+        fastest = await s.scalar(
+            select(func.min(RuntimeObservationRow.runtime_s)).where(
+                RuntimeObservationRow.workload_name == name,
+                RuntimeObservationRow.kind == kind,
+                RuntimeObservationRow.quiet.is_(True),
+            )
+        )
+        return float(fastest) if fastest is not None else None
+
+    def commit(self) -> None:
+        """The transaction that stored the pending observations committed: feed them."""
+        pending, self._pending = self._pending, []
+        for feed in pending:
+            took = self.placer.observe_runtime(feed.kind, feed.expected_s, feed.runtime_s, feed.load_seconds)
+            self.outcomes["learned" if took else "ignored"] += 1
+            self._fed += took
+
+    def discard(self) -> None:
+        """The transaction failed: nothing it stored is fed (the agent sends the report again)."""
+        self._pending.clear()
+
+    def estimate(self) -> InterferenceEstimate | None:
+        """The current estimate (None: the hub's profile does not learn), refitted only when an
+        observation arrived since the last call (metrics and the API read it often)."""
+        if self._estimated_at != self._fed or self._estimate is None:
+            self._estimate = self.placer.interference()
+            self._estimated_at = self._fed
+        return self._estimate
