@@ -2,17 +2,24 @@
 
 Pure functions of a cycle's intermediate results, returning the types of :mod:`.explanation`;
 the cycle calls them only when asked to explain (explanations cost time on the hot path).
+What reads the node table (names, clusters, the candidates' assignments) is taken at once, as
+the table changes with the next placement; each candidate's per-plugin scores and explainer
+extras are built on first read, from the cycle's own arrays and state, which nothing changes
+after the cycle (the hub asks for explanations on every decision; most entries are read once,
+when stored, and the simulator's never).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import overload
 
 import numpy as np
 
 from controlplane.scheduling.actions import RESOURCE_FIT, Candidates, NodeActions
 from controlplane.scheduling.explanation import (
     CandidateExplanation,
+    CandidateExtras,
     MaskReport,
     NodeCounts,
     PluginScore,
@@ -53,6 +60,76 @@ def mask_report(
     return MaskReport(total=total, masked=total - remaining, remaining=remaining, masked_by=by)
 
 
+class _PluginScores(Mapping[str, PluginScore]):
+    """Candidate ``k``'s score per plugin, built from the cycle's arrays on first read."""
+
+    __slots__ = ("_built", "_k", "_per_plugin")
+
+    def __init__(self, per_plugin: PluginScores, k: int) -> None:
+        self._per_plugin: PluginScores | None = per_plugin
+        self._k = k
+        self._built: dict[str, PluginScore] = {}
+
+    def _scores(self) -> dict[str, PluginScore]:
+        if self._per_plugin is not None:
+            k = self._k
+            self._built = {
+                name: PluginScore(raw=float(raw[k]), normalized=float(norm[k]), weight=weight)
+                for name, weight, raw, norm in self._per_plugin
+            }
+            self._per_plugin = None  # built: the cycle's arrays can go
+        return self._built
+
+    def __getitem__(self, name: str) -> PluginScore:
+        return self._scores()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._scores())
+
+    def __len__(self) -> int:
+        return len(self._scores())
+
+    def __repr__(self) -> str:
+        return repr(self._scores())
+
+
+class _Extras(Sequence[CandidateExtras]):
+    """What the explainers add to candidate ``k``, asked of them on first read."""
+
+    __slots__ = ("_built", "_explainers", "_k", "_state")
+
+    def __init__(self, explainers: Sequence[CandidateExplainer], state: CycleState, k: int) -> None:
+        self._explainers: Sequence[CandidateExplainer] | None = explainers
+        self._state = state
+        self._k = k
+        self._built: tuple[CandidateExtras, ...] = ()
+
+    def _extras(self) -> tuple[CandidateExtras, ...]:
+        if self._explainers is not None:
+            extras = (explainer.explain_candidate(self._state, self._k) for explainer in self._explainers)
+            self._built = tuple(extra for extra in extras if extra is not None)
+            self._explainers = None
+        return self._built
+
+    @overload
+    def __getitem__(self, index: int) -> CandidateExtras: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[CandidateExtras]: ...
+    def __getitem__(self, index: int | slice) -> CandidateExtras | Sequence[CandidateExtras]:
+        return self._extras()[index]
+
+    def __len__(self) -> int:
+        return len(self._extras())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self._extras() == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._extras())
+
+
 def explain_choice(
     nodes: NodeTable,
     explainers: Sequence[CandidateExplainer],
@@ -79,17 +156,13 @@ def explain_choice(
 
     def entry(k: int) -> CandidateExplanation:
         row = int(cand.rows[k])
-        extras = (explainer.explain_candidate(state, k) for explainer in explainers)
         return CandidateExplanation(
             node=nodes.names[row],
             cluster=nodes.states[row].cluster,
             score=float(total[k]),
             assignment=assignment if k == best else cand.assignment(k, nodes),
-            plugins={
-                name: PluginScore(raw=float(raw[k]), normalized=float(norm[k]), weight=weight)
-                for name, weight, raw, norm in per_plugin
-            },
-            extras=tuple(extra for extra in extras if extra is not None),
+            plugins=_PluginScores(per_plugin, k),
+            extras=_Extras(explainers, state, k),
         )
 
     return ReplicaExplanation(

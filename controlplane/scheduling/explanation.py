@@ -10,7 +10,7 @@ values, none changed once decided.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -105,7 +105,9 @@ class CandidateExplanation:
     score: float
     assignment: Jsonable
     plugins: Mapping[str, PluginScore]
-    extras: tuple[CandidateExtras, ...] = ()
+    # A tuple, or a sequence the cycle fills on first read (see explain.py: explanations are
+    # asked for on every decision and mostly read never, or once when stored).
+    extras: Sequence[CandidateExtras] = ()
 
     @property
     def reward(self) -> RewardBreakdown | None:

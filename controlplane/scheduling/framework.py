@@ -225,7 +225,8 @@ class EnergyRuled(Protocol):
 @runtime_checkable
 class CandidateExplainer(Protocol):
     """Adds to a scored candidate's explanation (``k``: its index among the cycle's candidates)
-    from what the plugin left in the cycle state; None adds nothing."""
+    from what the plugin left in the cycle state; None adds nothing. Called when the explanation
+    is first read, possibly after the cycle: read the cycle state only, never the node table."""
 
     def explain_candidate(self, state: CycleState, k: int) -> CandidateExtras | None: ...
 
