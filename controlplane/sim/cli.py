@@ -97,10 +97,12 @@ def _run_trace(args: argparse.Namespace, names: list[str]) -> int:
         return _fail(f"--trace {args.trace} needs --trace-dir DIR")
     if args.plot:
         return _fail("--plot does not apply to --trace (the table and --json carry the results)")
-    for flag, value in (("--load", args.load != 1.0), ("--power-manager", args.power_manager),
-                        ("--physics-seed", args.physics_seed is not None)):  # fmt: skip
-        if value:  # the trace sets its own load and keeps contention off (VM lifetimes never stretch)
-            return _fail(f"{flag} does not apply to --trace yet")
+    if args.load != 1.0:
+        return _fail(
+            "--load does not apply to --trace: the trace's arrivals are its load; size the fleet with --nodes"
+        )
+    if args.physics_seed is not None:  # contention is off in the replay: VM lifetimes never stretch
+        return _fail("--physics-seed does not apply to --trace: the replay has no contention physics to draw")
     try:
         trace = load_vm_trace(args.trace_dir, split=args.split, hours=args.hours)
     except TraceFormatError as exc:
@@ -119,7 +121,12 @@ def _run_trace(args: argparse.Namespace, names: list[str]) -> int:
             f"replaying {len(trace.vms)} VMs ({trace.hours:g} h of split {args.split}) ...", file=sys.stderr
         )
     report = run_trace_comparison(
-        trace, schedulers=names, seed=args.seed, nodes=args.nodes, progress=progress
+        trace,
+        schedulers=names,
+        seed=args.seed,
+        nodes=args.nodes,
+        progress=progress,
+        power_manager=args.power_manager,
     )
     print(format_trace_table(report))
     if args.json_path:

@@ -28,6 +28,7 @@ __all__ = [
     "POWER_MANAGER_MODES",
     "SCHEDULERS",
     "default_schedulers",
+    "power_manager_runs",
     "register_scheduler",
     "run_comparison",
     "with_power_manager",
@@ -71,7 +72,9 @@ def with_power_manager(preset: Preset, enabled: bool) -> Preset:
     return replace(preset, power_manager=replace(preset.power_manager, enabled=enabled))
 
 
-def _runs(schedulers: list[str], mode: str | None, preset: Preset) -> Iterator[tuple[str, str, Preset]]:
+def power_manager_runs(
+    schedulers: list[str], mode: str | None, preset: Preset
+) -> Iterator[tuple[str, str, Preset]]:
     """(run name, scheduler name, scenario) for each run the mode asks for."""
     for name in schedulers:
         if mode is None:
@@ -109,7 +112,7 @@ def run_comparison(
         scenario, hours, seed, data_nodes=_data_nodes(scenario), estimate_error=physics.estimate_error
     )
     results: dict[str, Any] = {}
-    for run_name, name, run_scenario in _runs(schedulers, power_manager, scenario):
+    for run_name, name, run_scenario in power_manager_runs(schedulers, power_manager, scenario):
         profile = oracle_profile(physics) if name == ORACLE else SCHEDULERS[name]
         sim = Simulation(
             run_scenario,

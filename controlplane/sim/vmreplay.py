@@ -33,7 +33,7 @@ from controlplane.sim.engine import Simulation
 from controlplane.sim.metrics import summarise
 from controlplane.sim.physics import SimTask
 from controlplane.sim.presets import GB, ContentionModel, NodeGroup, Preset
-from controlplane.sim.runner import SCHEDULERS
+from controlplane.sim.runner import POWER_MANAGER_MODES, SCHEDULERS, power_manager_runs
 from controlplane.sim.vmtrace import BIN_S, VmTrace
 from controlplane.sim.workload import TaskSpec
 
@@ -219,9 +219,13 @@ def run_trace_comparison(
     seed: int,
     nodes: int | None = None,
     progress: Callable[[str, float, tuple[float, float]], None] | None = None,
+    power_manager: str | None = None,
 ) -> dict[str, Any]:
     """Simulate each scheduler on the same VM arrivals; returns the JSON report (the simulator's
-    metrics per run plus the VM ones of :func:`_vm_metrics`)."""
+    metrics per run plus the VM ones of :func:`_vm_metrics`). ``power_manager``: on, off or
+    both (``NAME`` without it, ``NAME+pm`` with it), as in the presets' runs; None: on."""
+    if power_manager is not None and power_manager not in POWER_MANAGER_MODES:
+        raise ValueError(f"power_manager must be one of {', '.join(POWER_MANAGER_MODES)} or None")
     tasks = vm_tasks(trace, seed)
     horizon = trace.bins * BIN_S
     offered_s, peak = offered_cpu(tasks, horizon)
@@ -229,19 +233,23 @@ def run_trace_comparison(
     preset = vm_preset(fleet)
     hours = horizon / 3600.0
     results: dict[str, Any] = {}
-    for name in schedulers:
+    for run_name, name, run_preset in power_manager_runs(schedulers, power_manager, preset):
         profile = SCHEDULERS[name]
         sim = VmSimulation(
-            preset,
+            run_preset,
             tasks,
-            scheduler_name=name,
+            scheduler_name=run_name,
             profile=dict(profile) if isinstance(profile, Mapping) else profile,
             hours=hours,
             seed=seed,
             progress=progress,
         )
         base = summarise(sim.run())
-        results[name] = {**base, **_vm_metrics(sim, base, offered_s)}
+        results[run_name] = {
+            **base,
+            **_vm_metrics(sim, base, offered_s),
+            "power_manager": "on" if run_preset.power_manager.enabled else "off",
+        }
     return {
         "runs": results,
         "schedulers": results,
@@ -257,6 +265,7 @@ def run_trace_comparison(
             "credit": CREDIT,
         },
         "seed": seed,
+        "power_manager": power_manager or "on",
         "hours": hours,
         "nodes": fleet,
         "peak_offered_cpu": peak,

@@ -191,3 +191,26 @@ def test_cli_replays_the_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main([*args, "--split", "nope", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bad trace:" in err and "v1.nope.c<T>.txt" in err
+
+
+def test_the_replay_runs_each_scheduler_with_and_without_the_power_manager(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    trace = load_vm_trace(FIXTURE, hours=0.5)
+    # A roomy fleet (peak at 30%): with the power manager, empty hosts go to sleep.
+    report = run_trace_comparison(trace, schedulers=["binpack"], seed=2, nodes=30, power_manager="both")
+    off, on = report["runs"]["binpack"], report["runs"]["binpack+pm"]
+    assert (off["power_manager"], on["power_manager"], report["power_manager"]) == ("off", "on", "both")
+    assert off["mean_nodes_powered"] == pytest.approx(30)
+    assert on["mean_nodes_powered"] < 30 and on["energy_kwh"] < off["energy_kwh"]
+    assert on["acceptance_rate"] == off["acceptance_rate"] == 1.0
+    with pytest.raises(ValueError, match="power_manager"):
+        run_trace_comparison(trace, schedulers=["binpack"], seed=2, power_manager="sometimes")
+    args = ["simulate", "--trace", "azure-vm", "--trace-dir", str(FIXTURE), "--quiet"]
+    for flag, value, reason in (
+        ("--load", "1.5", "size the fleet with --nodes"),
+        ("--physics-seed", "3", "no contention physics"),
+    ):
+        assert main([*args, flag, value]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and flag in err and reason in err
