@@ -27,7 +27,10 @@ The fair score sheet (issue 13), beside the figures above, which stay as they we
   and work thrown away by restarts do not count, so it is never above ``cpu_utilization_all_nodes``
   / ``cpu_utilization`` (the stretched occupancy, CPU only). ``offered_utilization``: the work of
   the measured arrivals (request CPU x nominal runtime x replicas) over the fleet's capacity.
-* ``energy_kwh``: the fleet's energy over the window (``mean_power_w`` x nodes x hours).
+* ``energy_kwh``: the fleet's energy over the window (``mean_power_w`` x nodes x hours);
+  ``energy_per_served_cpu_hour_wh``: that energy over the work served in the window (Wh per
+  vCPU-hour of ``served_utilization``'s work): where schedulers serve different amounts of the
+  same offered work in the window, energy alone favours the one that served less.
 * ``power_manager``: whether the power manager ran.
 * ``p50_queue_s`` / ``p99_queue_s``: arrival to full start, over measured tasks that started.
 * ``by_class`` and ``by_kind`` (service, batch, analytics, function): tasks, SLA violation rate
@@ -147,6 +150,8 @@ def summarise(rec: RunRecord) -> dict[str, Any]:
         "cpu_utilization_all_nodes": _ratio(rec.used_cpu_t, rec.fleet_cpu_t),
         "offered_utilization": _ratio(rec.offered_cpu_t, rec.fleet_cpu_t),
         "energy_kwh": rec.energy_j / 3.6e6,
+        # J per vCPU-second is Wh per vCPU-hour.
+        "energy_per_served_cpu_hour_wh": _ratio(rec.energy_j, rec.served_cpu_t),
         "p50_queue_s": _p(queues, 50),
         "p99_queue_s": _p(queues, 99),
         "by_kind": _groups(tasks, "kind"),

@@ -33,6 +33,7 @@ _SCORE_ROWS = (
     ("served_utilization_powered_on", "served utilisation (powered-on)", "pct"),
     ("cpu_utilization_all_nodes", "stretched CPU util. (all nodes)", "pct"),
     ("energy_kwh", "energy (kWh)", "num"),
+    ("energy_per_served_cpu_hour_wh", "energy per served vCPU-hour (Wh)", "num"),
 )
 _KIND_ROWS = (
     ("p99_latency_s", "P99 latency (s)", "num"),

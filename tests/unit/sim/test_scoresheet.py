@@ -89,6 +89,12 @@ def test_energy_is_mean_power_times_nodes_times_hours(report, name):
     run = report["runs"][name]
     expected = run["mean_power_w"] * report["nodes"] * report["hours"] / 1000.0
     assert run["energy_kwh"] == pytest.approx(expected, rel=1e-9)
+    # Per unit of work served: kWh over (served share x fleet vCPU x hours), in Wh per vCPU-hour.
+    fleet_cpu = sum(g.count * g.cpu for g in small().groups)
+    served_cpu_h = run["served_utilization"] * fleet_cpu * report["hours"]
+    assert run["energy_per_served_cpu_hour_wh"] == pytest.approx(
+        1000 * run["energy_kwh"] / served_cpu_h, rel=1e-6
+    )
     assert run["power_manager"] is True
     assert report["power_manager"] == "on" and report["load"] == 1.0
 
