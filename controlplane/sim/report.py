@@ -34,6 +34,14 @@ _SCORE_ROWS = (
     ("cpu_utilization_all_nodes", "stretched CPU util. (all nodes)", "pct"),
     ("energy_kwh", "energy (kWh)", "num"),
 )
+# Shown when large MIG requests were classed at arrival (controlplane/sim/migfit.py).
+_MIG_ROWS = (
+    ("large_gpu_started_at_arrival", "large-GPU started at arrival", "pct"),
+    ("large_gpu_fragmented_arrivals", "large MIG arrivals fragmented", "int"),
+    ("large_gpu_schedulability_fragmented", "large-GPU sched. (fragmented)", "pct"),
+    ("fragment_merges", "fragment merges (moves)", "int"),
+    ("preemptions", "preemptions", "int"),
+)
 _KIND_ROWS = (
     ("p99_latency_s", "P99 latency (s)", "num"),
     ("p99_queue_s", "P99 queueing (s)", "num"),
@@ -74,6 +82,10 @@ def format_table(report: dict[str, Any]) -> str:
     if any(results[n].get("battery_nodes") for n in names):
         for key, label, kind in _BATTERY_ROWS:
             lines.append(f"{label:32}" + "".join(f"{_fmt(results[n][key], kind):>{width}}" for n in names))
+    if any(results[n].get("large_gpu_mig_arrivals") for n in names):
+        for key, label, kind in _MIG_ROWS:
+            cells = "".join(f"{_fmt(results[n].get(key), kind):>{width}}" for n in names)
+            lines.append(f"{label:32}" + cells)
     lines.extend(_score_sheet(results, names, width))
     if "default" in results and len(names) > 1:
         base = results["default"]
