@@ -84,8 +84,8 @@ def format_table(report: dict[str, Any]) -> str:
             lines.append(f"{label:32}" + "".join(f"{_fmt(results[n][key], kind):>{width}}" for n in names))
     if any(results[n].get("large_gpu_mig_arrivals") for n in names):
         for key, label, kind in _MIG_ROWS:
-            cells = "".join(f"{_fmt(results[n].get(key), kind):>{width}}" for n in names)
-            lines.append(f"{label:32}" + cells)
+            mig_cells = "".join(f"{_fmt(results[n].get(key), kind):>{width}}" for n in names)
+            lines.append(f"{label:32}" + mig_cells)
     lines.extend(_score_sheet(results, names, width))
     if "default" in results and len(names) > 1:
         base = results["default"]
