@@ -25,8 +25,9 @@ Built-in profiles: ``default`` (kube-scheduler's default scoring), ``default-mos
 ``binpack`` (Volcano's binpack alone), ``volcano`` (Volcano as shipped: nodeorder plus binpack),
 ``edgeplane`` (the multi-objective reward, interference learned online), ``edgeplane-static``
 (its interference prior never updated), ``edgeplane-fixed`` (the same with the adaptive energy
-weight switched off, for battery comparisons) and ``edgeplane-learned`` (``edgeplane`` with the
-edge agents' int8 local policy bidding in place of the reward score).
+weight switched off, for battery comparisons), ``edgeplane-learned`` (``edgeplane`` with the
+edge agents' int8 local policy bidding in place of the reward score) and ``edgeplane-merge``
+(``edgeplane`` with GpuFragmentation's fragment merge on, as it was before issue 13).
 :data:`FUNCTION_PROFILE` filters nodes for function instances (the function router scores them);
 it places no workload, so it is not among the profiles ``--scheduler`` takes.
 """
@@ -145,12 +146,14 @@ _EDGEPLANE: dict[str, Any] = {
         {"name": "NodeResourcesFit"},
         {"name": "NodeAffinity", "weight": 1},
         {"name": "MultiObjective", "weight": 4},
-        # The fragment merge restarts the replicas it moves: only move work that is not
-        # latency-sensitive (restarting a short inference job costs its SLA).
+        # No fragment merge: a move restarts the moved replica and, without checkpoints, loses
+        # its progress; on the mig-fragmentation preset the merge lowered large-GPU
+        # schedulability and raised SLA violations (docs/bench-scheduling.md, issue 13), and on
+        # seed-200 it never fires. "edgeplane-merge" keeps it on.
         {
             "name": "GpuFragmentation",
             "weight": 1,
-            "args": {"accelerator_reserve": 1.0, "merge": True, "merge_kinds": ["batch", "analytics"]},
+            "args": {"accelerator_reserve": 1.0, "merge": False, "merge_kinds": ["batch", "analytics"]},
         },
         {"name": "PodTopologySpread", "weight": 0.5},
         {"name": "DefaultPreemption"},
@@ -176,6 +179,17 @@ _EDGEPLANE: dict[str, Any] = {
         "battery_floor_percent": 15.0,
     },
 }
+
+
+def _merging(base: dict[str, Any], name: str) -> dict[str, Any]:
+    """``base`` with GpuFragmentation's fragment merge on (moving only batch and analytics work:
+    restarting a short inference job costs its SLA)."""
+    out = copy.deepcopy(base)
+    out["name"] = name
+    for plugin in out["plugins"]:
+        if plugin["name"] == "GpuFragmentation":
+            plugin["args"] = {**plugin.get("args", {}), "merge": True}
+    return out
 
 
 def _variant(base: dict[str, Any], name: str, reward: dict[str, Any]) -> dict[str, Any]:
@@ -237,6 +251,8 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     # The edge agents' int8 local policy deciding placement (controlplane/scheduling/plugins/
     # local_policy_bid.py): loads onnxruntime and the shipped model when it is loaded.
     "edgeplane-learned": _learned(_EDGEPLANE, "edgeplane-learned"),
+    # edgeplane as it was before issue 13's MIG measurement: the fragment merge on.
+    "edgeplane-merge": _merging(_EDGEPLANE, "edgeplane-merge"),
 }
 
 

@@ -15,7 +15,9 @@ __all__ = ["configure", "run"]
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--preset", default="seed-200", help="scenario: seed-200, multi-cluster, edge-battery"
+        "--preset",
+        default="seed-200",
+        help="scenario: seed-200, multi-cluster, edge-battery, mig-fragmentation",
     )
     parser.add_argument(
         "--schedulers",

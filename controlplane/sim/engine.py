@@ -39,6 +39,7 @@ from controlplane.scheduling.model import Assignment, Decision
 from controlplane.scheduling.scheduler import Scheduler
 from controlplane.scheduling.topology import TopologyGraph
 from controlplane.sim.metrics import credit_running, credit_served, record_outcomes
+from controlplane.sim.migfit import arrival_fit
 from controlplane.sim.network import Network
 from controlplane.sim.physics import (
     FleetPhysics,
@@ -287,6 +288,9 @@ class Simulation:
         self._schedule(task, redo)
 
     def _on_arrive(self, task: SimTask) -> None:
+        spec = task.spec
+        if spec.large_gpu and spec.measured and len(spec.request.resources.mig) == 1:
+            task.arrival_fit = arrival_fit(self.nodes, spec.request.resources.mig[0])
         self._schedule(task)
         if task.spec.patience_s is not None and task.full_start is None:
             self._push(task.spec.arrival_s + task.spec.patience_s, _GIVEUP, task)

@@ -35,6 +35,15 @@ The fair score sheet (issue 13), beside the figures above, which stay as they we
 * ``p50_queue_s`` / ``p99_queue_s``: arrival to full start, over measured tasks that started.
 * ``by_class`` and ``by_kind`` (service, batch, analytics, function): tasks, SLA violation rate
   (with ``sla_tasks`` and ``sla_violations``), latency and queueing percentiles, stretch, drops.
+
+MIG fragmentation (issue 13; ``large_gpu_schedulability`` above is the headline):
+
+* ``large_gpu_started_at_arrival``: share of large-GPU tasks placed at once (no queueing).
+* ``large_gpu_mig_arrivals``: measured large-GPU tasks asking for one MIG instance;
+  ``large_gpu_fragmented_arrivals``: how many of them arrived when no MIG GPU had a legal position
+  free for it although the fleet's free slices in total would hold it (:mod:`.migfit`);
+  ``large_gpu_schedulability_fragmented``: the share of those started within their patience
+  (None when there were none).
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from controlplane.sim.migfit import FRAGMENTED
 from controlplane.sim.physics import SimNode, SimReplica, SimTask
 from controlplane.sim.record import RunRecord
 
@@ -155,6 +165,25 @@ def summarise(rec: RunRecord) -> dict[str, Any]:
         "p50_queue_s": _p(queues, 50),
         "p99_queue_s": _p(queues, 99),
         "by_kind": _groups(tasks, "kind"),
+        **_large_mig(large),
+    }
+
+
+def _large_mig(large: list[dict[str, Any]]) -> dict[str, Any]:
+    """The MIG fragmentation figures of large-GPU tasks (module docstring, issue 13)."""
+    classed = [t for t in large if t.get("arrival_fit") is not None]
+    fragmented = [t for t in classed if t["arrival_fit"] == FRAGMENTED]
+    return {
+        "large_gpu_started_at_arrival": _ratio(sum(t["queue_s"] == 0.0 for t in large), len(large))
+        if large
+        else 1.0,
+        "large_gpu_mig_arrivals": len(classed),
+        "large_gpu_fragmented_arrivals": len(fragmented),
+        "large_gpu_schedulability_fragmented": _ratio(
+            sum(t["started_in_time"] for t in fragmented), len(fragmented)
+        )
+        if fragmented
+        else None,
     }
 
 
@@ -198,6 +227,7 @@ def record_outcomes(
                 if task.done_at is not None and task.full_start is not None and spec.runtime_s > 0
                 else None,
                 "restarts": task.restarts,
+                "arrival_fit": task.arrival_fit,
             }
         )
 

@@ -177,7 +177,17 @@ class SimReplica:
 class SimTask:
     """One arrival of the workload and what became of its replicas."""
 
-    __slots__ = ("done_at", "dropped", "finished", "full_start", "placed", "resolved", "restarts", "spec")
+    __slots__ = (
+        "arrival_fit",
+        "done_at",
+        "dropped",
+        "finished",
+        "full_start",
+        "placed",
+        "resolved",
+        "restarts",
+        "spec",
+    )
 
     def __init__(self, spec: TaskSpec) -> None:
         self.spec = spec
@@ -188,6 +198,8 @@ class SimTask:
         self.full_start: float | None = None
         self.restarts = 0
         self.resolved = False
+        # A large MIG request's fleet at arrival (.migfit: fits, fragmented, no_room), else None.
+        self.arrival_fit: str | None = None
 
 
 def gpu_units(assignment: Assignment) -> float:

@@ -35,6 +35,14 @@ _SCORE_ROWS = (
     ("energy_kwh", "energy (kWh)", "num"),
     ("energy_per_served_cpu_hour_wh", "energy per served vCPU-hour (Wh)", "num"),
 )
+# Shown when large MIG requests were classed at arrival (controlplane/sim/migfit.py).
+_MIG_ROWS = (
+    ("large_gpu_started_at_arrival", "large-GPU started at arrival", "pct"),
+    ("large_gpu_fragmented_arrivals", "large MIG arrivals fragmented", "int"),
+    ("large_gpu_schedulability_fragmented", "large-GPU sched. (fragmented)", "pct"),
+    ("fragment_merges", "fragment merges (moves)", "int"),
+    ("preemptions", "preemptions", "int"),
+)
 _KIND_ROWS = (
     ("p99_latency_s", "P99 latency (s)", "num"),
     ("p99_queue_s", "P99 queueing (s)", "num"),
@@ -75,6 +83,10 @@ def format_table(report: dict[str, Any]) -> str:
     if any(results[n].get("battery_nodes") for n in names):
         for key, label, kind in _BATTERY_ROWS:
             lines.append(f"{label:32}" + "".join(f"{_fmt(results[n][key], kind):>{width}}" for n in names))
+    if any(results[n].get("large_gpu_mig_arrivals") for n in names):
+        for key, label, kind in _MIG_ROWS:
+            mig_cells = "".join(f"{_fmt(results[n].get(key), kind):>{width}}" for n in names)
+            lines.append(f"{label:32}" + mig_cells)
     lines.extend(_score_sheet(results, names, width))
     if "default" in results and len(names) > 1:
         base = results["default"]

@@ -135,8 +135,8 @@ def test_failed_gang_rolls_back_its_evictions(mk):
     assert s.ledger.get("low", 0) is not None  # the eviction was undone
 
 
-def test_fragment_merge_moves_a_batch_slice_to_free_a_whole_gpu(mk):
-    s = mk.scheduler("edgeplane", nodes=[mk.gpu_node("g", mig=2)])
+def _fragmented_gpu_node(mk, profile):
+    s = mk.scheduler(profile, nodes=[mk.gpu_node("g", mig=2)])
     # GPU 0: a batch 1g at slice 0. GPU 1: a 3g at slice 0. No GPU is empty.
     s.reserve_existing(
         "b", 0, "g", Assignment(cpu=1, memory=2**30, mig=(MigSlice(0, "1g.5gb", 0),)), kind="batch"
@@ -144,6 +144,11 @@ def test_fragment_merge_moves_a_batch_slice_to_free_a_whole_gpu(mk):
     s.reserve_existing(
         "s", 0, "g", Assignment(cpu=1, memory=2**30, mig=(MigSlice(1, "3g.20gb", 0),)), kind="batch"
     )
+    return s
+
+
+def test_fragment_merge_moves_a_batch_slice_to_free_a_whole_gpu(mk):
+    s = _fragmented_gpu_node(mk, "edgeplane-merge")
     d = s.schedule(mk.request("big", cpu=1, mig=["7g.40gb"], kind="batch"))
     assert d.scheduled
     (move,) = d.migrations
@@ -152,8 +157,17 @@ def test_fragment_merge_moves_a_batch_slice_to_free_a_whole_gpu(mk):
     assert d.explanation.replicas[0].post_filter.plugin == "GpuFragmentation"
 
 
+def test_edgeplane_waits_for_a_whole_gpu_rather_than_restart_a_batch_slice(mk):
+    # Issue 13: a move restarts the moved replica from scratch; on the mig-fragmentation preset
+    # merging lowered large-GPU schedulability, so the edgeplane profile leaves the slices be.
+    s = _fragmented_gpu_node(mk, "edgeplane")
+    d = s.schedule(mk.request("big", cpu=1, mig=["7g.40gb"], kind="batch"), enqueue=False)
+    assert not d.scheduled and d.migrations == []
+    assert s.ledger.get("b", 0).assignment.mig[0] == MigSlice(0, "1g.5gb", 0)
+
+
 def test_fragment_merge_leaves_latency_sensitive_slices_alone(mk):
-    s = mk.scheduler("edgeplane", nodes=[mk.gpu_node("g", mig=2)])
+    s = mk.scheduler("edgeplane-merge", nodes=[mk.gpu_node("g", mig=2)])
     s.reserve_existing("svc", 0, "g", Assignment(cpu=1, memory=2**30, mig=(MigSlice(0, "1g.5gb", 0),)))
     s.reserve_existing(
         "fn", 0, "g", Assignment(cpu=1, memory=2**30, mig=(MigSlice(1, "3g.20gb", 0),)), kind="function"
