@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from edgeplane_contract.credentials import ensure_seed, public_key_of
+from edgeplane_contract.messages import NodeResources, RegisterV1
 
 from controlplane.api.auth import AuthSettings
 from controlplane.bus.authority import NatsAuthority
@@ -100,6 +102,25 @@ def no_eviction_grace() -> FederationConfig:
     federation = single_cluster()
     federation.clusters[0].eviction_grace_s = 0.0
     return federation
+
+
+def register_message(
+    node: str,
+    *,
+    cpu: float = 2.0,
+    memory: int = 2**31,
+    heartbeat_s: float = 0.25,
+    agent_version: str = "test",
+) -> RegisterV1:
+    """A registration as an agent of ``node`` sends it (for tests that speak to the hub directly)."""
+    return RegisterV1(
+        node=node,
+        cluster="default",
+        boot_id=uuid.uuid4().hex,
+        agent_version="test",
+        resources=NodeResources(cpu=cpu, memory=memory),
+        heartbeat_interval_s=heartbeat_s,
+    )
 
 
 def hub_settings(nats_url: str, federation: FederationConfig | None = None, **overrides: Any) -> HubSettings:

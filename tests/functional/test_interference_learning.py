@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import uuid
 
-from harness import running_hub, spawn_agent, wait_for
+from harness import register_message, running_hub, spawn_agent, wait_for
 from sqlalchemy import select
 
 from edgeplane_contract.messages import (
-    NodeResources,
     PlacementState,
-    RegisterV1,
     RuntimeObservation,
     StatusReportV1,
 )
@@ -20,17 +18,6 @@ from controlplane.store.models import RuntimeObservationRow
 
 QUIET = [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # all of it below 20 % CPU
 BUSY = [0.0] * 9 + [3.0]  # all of it above 90 %
-
-
-def _register(node: str) -> RegisterV1:
-    return RegisterV1(
-        node=node,
-        cluster="default",
-        boot_id=uuid.uuid4().hex,
-        agent_version="test",
-        resources=NodeResources(cpu=8.0, memory=2**33),
-        heartbeat_interval_s=0.25,
-    )
 
 
 def _report(placement_id: str, workload_id: str, state: str, observation=None) -> StatusReportV1:
@@ -60,7 +47,7 @@ async def _rows(hub) -> list[RuntimeObservationRow]:
 async def test_a_success_feeds_the_estimate_once_however_often_it_is_reported(nats_server, sqlite_url):
     async with running_hub(nats_server.url, sqlite_url, lease_missed_heartbeats=400) as (running, api):
         hub = running.hub
-        assert (await hub.handle_register("a", _register("a"))).accepted
+        assert (await hub.handle_register("a", register_message("a", cpu=8.0, memory=2**33))).accepted
         observation = RuntimeObservation(runtime_s=3.0, load_seconds=BUSY)
         body = {"name": "once", "command": ["true"], "expected_runtime_s": 1.5}
         workload_id, placement_id = await _succeed(hub, api, body, observation)
@@ -69,7 +56,7 @@ async def test_a_success_feeds_the_estimate_once_however_often_it_is_reported(na
         await hub.handle_report("a", again)  # the same report id: dropped at once
         await hub.handle_report("a", _report(placement_id, workload_id, "Succeeded", observation))
         # The agent's registration re-sends its final states: no second count either.
-        reregister = _register("a")
+        reregister = register_message("a", cpu=8.0, memory=2**33)
         reregister.placements = [again.placement]
         assert (await hub.handle_register("a", reregister)).accepted
         learned = await api.get("/v1/scheduler/interference")
@@ -87,7 +74,7 @@ async def test_without_an_expected_runtime_the_fastest_quiet_run_of_the_same_wor
 ):
     async with running_hub(nats_server.url, sqlite_url, lease_missed_heartbeats=400) as (running, api):
         hub = running.hub
-        assert (await hub.handle_register("a", _register("a"))).accepted
+        assert (await hub.handle_register("a", register_message("a", cpu=8.0, memory=2**33))).accepted
         body = {"name": "nightly", "command": ["true"]}
         # A busy first run is no baseline; nothing to compare it with: stored, not learned.
         await _succeed(hub, api, body, RuntimeObservation(runtime_s=3.0, load_seconds=BUSY))
@@ -115,7 +102,7 @@ async def test_an_invalid_observation_is_counted_and_ignored_and_the_success_sti
 ):
     async with running_hub(nats_server.url, sqlite_url, lease_missed_heartbeats=400) as (running, api):
         hub = running.hub
-        assert (await hub.handle_register("a", _register("a"))).accepted
+        assert (await hub.handle_register("a", register_message("a", cpu=8.0, memory=2**33))).accepted
         wrong_bins = RuntimeObservation(runtime_s=3.0, load_seconds=[1.0, 2.0])
         body = {"name": "odd", "command": ["true"], "expected_runtime_s": 1.0}
         await _succeed(hub, api, body, wrong_bins)  # asserts the workload Succeeded
@@ -133,7 +120,7 @@ async def test_stored_observations_are_replayed_after_a_hub_restart_and_only_the
         nats_server.url, sqlite_url, lease_missed_heartbeats=400, runtime_observations_kept=2
     ) as (running, api):
         hub = running.hub
-        assert (await hub.handle_register("a", _register("a"))).accepted
+        assert (await hub.handle_register("a", register_message("a", cpu=8.0, memory=2**33))).accepted
         for i, runtime in enumerate((2.0, 3.0, 4.0)):
             body = {"name": f"keep-{i}", "command": ["true"], "expected_runtime_s": 1.0, "kind": "analytics"}
             await _succeed(hub, api, body, RuntimeObservation(runtime_s=runtime, load_seconds=BUSY))

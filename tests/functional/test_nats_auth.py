@@ -24,16 +24,14 @@ from typing import Any
 import aiohttp
 import nats
 import pytest
-from harness import SecuredNats, running_agents, running_hub, secured_nats, wait_for
+from harness import SecuredNats, register_message, running_agents, running_hub, secured_nats, wait_for
 from nats.aio.client import Client as NATS
 
 from edgeplane_contract.credentials import NatsTls, new_user_seed, public_key_of
 from edgeplane_contract.messages import (
     CommandV1,
-    NodeResources,
     PlacementState,
     RegisterAckV1,
-    RegisterV1,
     RunSpec,
     StatusReportV1,
     Subjects,
@@ -213,13 +211,6 @@ async def test_a_node_can_use_only_its_own_subjects(secured: SecuredNats, sqlite
             await api.call("DELETE", f"/v1/workloads/{workload}")
 
 
-def _register(node: str, *, cpu: float = 2.0, heartbeat_s: float = 0.25) -> RegisterV1:
-    return RegisterV1(
-        node=node, cluster="default", boot_id=uuid.uuid4().hex, agent_version="attacker",
-        resources=NodeResources(cpu=cpu, memory=2**30), heartbeat_interval_s=heartbeat_s,
-    )  # fmt: skip
-
-
 async def test_a_node_cannot_register_as_another_or_lie_about_itself(secured: SecuredNats, sqlite_url):
     async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (running, api):
         seed, _ = await _enrol(running, "edge-1")
@@ -227,19 +218,31 @@ async def test_a_node_cannot_register_as_another_or_lie_about_itself(secured: Se
             assert node.nc is not None
             # As a node nobody enrolled: the server refuses the subject.
             with pytest.raises((nats.errors.NoRespondersError, nats.errors.TimeoutError)):
-                await node.nc.request(SUBJECTS.register("fake"), encode(_register("fake")), timeout=1)
+                await node.nc.request(
+                    SUBJECTS.register("fake"),
+                    encode(register_message("fake")),
+                    timeout=1,
+                )
             await node.violation(f'Publish to "{SUBJECTS.register("fake")}"')
             # As itself, with 4,096 CPUs, or a heartbeat an hour apart: the hub refuses.
             for lie, field in (
-                (_register("edge-1", cpu=4096), "resources.cpu"),
-                (_register("edge-1", heartbeat_s=3600), "heartbeat_interval_s"),
+                (
+                    register_message("edge-1", cpu=4096),
+                    "resources.cpu",
+                ),
+                (
+                    register_message("edge-1", heartbeat_s=3600),
+                    "heartbeat_interval_s",
+                ),
             ):
                 reply = await node.nc.request(SUBJECTS.register("edge-1"), encode(lie), timeout=2)
                 ack = decode(reply.data, RegisterAckV1)
                 assert not ack.accepted and ack.reason.startswith(field), ack.reason
             # Asking the hub to answer into another node's subject (its reply-to): dropped.
             await node.nc.publish(
-                SUBJECTS.register("edge-1"), encode(_register("edge-1")), reply=SUBJECTS.command("edge-2")
+                SUBJECTS.register("edge-1"),
+                encode(register_message("edge-1")),
+                reply=SUBJECTS.command("edge-2"),
             )
             health = await wait_for(
                 lambda: api.get("/healthz"), lambda h: h["rejected_messages"].get("register", 0) >= 3
@@ -248,7 +251,7 @@ async def test_a_node_cannot_register_as_another_or_lie_about_itself(secured: Se
             assert await api.nodes() == []
 
         # An unenrolled name on a server that takes anyone (defence in depth at the hub).
-        ack = await running.hub.handle_register("stranger", _register("stranger"))
+        ack = await running.hub.handle_register("stranger", register_message("stranger"))
         assert not ack.accepted and "no active credentials" in ack.reason
 
 

@@ -11,10 +11,18 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from harness import PYTHON_FUNCTIONS, no_eviction_grace, running_agents, running_hub, spawn_agent, wait_for
+from harness import (
+    PYTHON_FUNCTIONS,
+    no_eviction_grace,
+    register_message,
+    running_agents,
+    running_hub,
+    spawn_agent,
+    wait_for,
+)
 from tcp_cut import CuttableRelay
 
-from edgeplane_contract.messages import NodeResources, PlacementState, RegisterV1, StatusReportV1
+from edgeplane_contract.messages import PlacementState, StatusReportV1
 
 from controlplane.federation.config import ClusterConfig, FederationConfig
 from controlplane.natsd import NatsServer, free_port
@@ -66,17 +74,6 @@ async def test_a_nats_outage_longer_than_the_lease_loses_nothing_and_runs_nothin
         server.stop()
 
 
-def _register(node: str) -> RegisterV1:
-    return RegisterV1(
-        node=node,
-        cluster="default",
-        boot_id=uuid.uuid4().hex,
-        agent_version="test",
-        resources=NodeResources(cpu=2.0, memory=2**31),
-        heartbeat_interval_s=0.25,
-    )
-
-
 def _report(node: str, placement: dict, workload_id: str, state: str) -> StatusReportV1:
     return StatusReportV1(
         report_id=uuid.uuid4().hex,
@@ -108,7 +105,7 @@ async def test_a_late_success_wins_over_the_re_placement_unless_that_has_started
         api,
     ):
         hub = running.hub
-        assert (await hub.handle_register("a", _register("a"))).accepted
+        assert (await hub.handle_register("a", register_message("a"))).accepted
         late = {"name": "late", "command": ["true"]}  # only a exists yet
         workload_id = await api.post_workload(late)
         first = (await wait_for(lambda: api.workload(workload_id), _placed))["placements"][0]
@@ -117,7 +114,7 @@ async def test_a_late_success_wins_over_the_re_placement_unless_that_has_started
         lost = await api.workload(workload_id)
         assert lost["placements"][0]["status"] == "Lost" and lost["status"] == "Pending"
         # Node b appears; the replica is placed again there (not started: b never acks).
-        assert (await hub.handle_register("b", _register("b"))).accepted
+        assert (await hub.handle_register("b", register_message("b"))).accepted
         again = await wait_for(
             lambda: api.workload(workload_id), lambda w: any(p["node"] == "b" for p in w["placements"])
         )
@@ -136,7 +133,7 @@ async def test_a_late_success_wins_over_the_re_placement_unless_that_has_started
         first = (await wait_for(lambda: api.workload(other), _placed))["placements"][0]
         await hub.handle_report("b", _report("b", first, other, "Running"))
         await _lose(running, "b")
-        assert (await hub.handle_register("b", _register("b"))).accepted  # b is back, rebooted
+        assert (await hub.handle_register("b", register_message("b"))).accepted  # b is back, rebooted
         retried = await wait_for(lambda: api.workload(other), lambda w: len(w["placements"]) == 2)
         second = retried["placements"][1]
         await hub.handle_report("b", _report("b", second, other, "Running"))
@@ -299,7 +296,7 @@ async def test_a_partition_holds_the_silent_nodes_work_for_the_autonomy_window(n
     ):
         hub = running.hub
         for name in ("a", "b", "c", "d"):
-            assert (await hub.handle_register(name, _register(name))).accepted
+            assert (await hub.handle_register(name, register_message(name))).accepted
         ids = {}
         for name in ("a", "b", "c"):
             ids[name] = await api.post_workload(
@@ -370,7 +367,7 @@ async def test_with_an_eviction_grace_a_silent_nodes_work_waits_before_it_is_pla
     async with hub_up as (running, api):
         hub = running.hub
         for name in ("a", "b"):
-            assert (await hub.handle_register(name, _register(name))).accepted
+            assert (await hub.handle_register(name, register_message(name))).accepted
         body = {"name": "graced", "command": ["true"], "affinity": {"nodes": ["a"]}}
         workload_id = await api.post_workload(body)
         placement = (await wait_for(lambda: api.workload(workload_id), _placed))["placements"][0]
