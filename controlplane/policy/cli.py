@@ -63,8 +63,13 @@ def _say(message: str) -> None:
 
 
 def _cached(path: Path, make: Any) -> Any:
+    """``path`` (tagged with the feature schema version, so a schema or prior change never reuses
+    rows drawn for the old one) if it exists, else ``make()`` saved there."""
+    from edgeplane_contract.policy.features import FEATURE_SCHEMA_VERSION
+
     from controlplane.policy.samples import Samples
 
+    path = path.with_name(f"{path.stem}-v{FEATURE_SCHEMA_VERSION}{path.suffix}")
     if path.exists():
         _say(f"using cached {path}")
         return Samples.load(str(path))

@@ -19,6 +19,10 @@ comes next, so there is no horizon and no discounting). A state is drawn with a 
 
 Reward of a bin: :func:`edgeplane_contract.objective.reward` with the bin's quotas and the
 runtime the quotas imply (:func:`edgeplane_contract.policy.actions.expected_runtime`), fixed weights.
+Interference (the knee, each kind's contention sensitivity, and so the neighbours'
+``sensitivity_sum``) is the reward's prior, :data:`edgeplane_contract.policy.features.KNEE` and
+``PRIOR_SENSITIVITY`` (from ``edgeplane_contract.objective``), as the agent's features and
+heuristic use it: the policy never learns the simulator's physics (issue 13).
 Decline: :data:`~edgeplane_contract.policy.actions.DECLINE_REWARD` (0: the work goes back to the hub).
 
 For speed the four reward terms of every allowed bin are computed once per state with the
@@ -43,7 +47,7 @@ from edgeplane_contract.objective import (
 )
 from edgeplane_contract.policy.features import (
     KNEE,
-    TRAINING_SENSITIVITY,
+    PRIOR_SENSITIVITY,
     NodeView,
     Offer,
     mig_free_from_occupancy,
@@ -68,7 +72,7 @@ _UNIT_CONFIG = RewardConfig(
     weights=RewardWeights(util=1.0, qos=1.0, energy=1.0, penalty=1.0),
     adaptive=AdaptiveWeights(enabled=False),
     knee=KNEE,
-    sensitivity=dict(TRAINING_SENSITIVITY),
+    sensitivity=dict(PRIOR_SENSITIVITY),
 )
 
 
@@ -185,7 +189,7 @@ def _place(load: _Load, g: NodeGroup, cls: WorkloadClass, cpu: float, memory: fl
     load.cpu += cpu
     load.memory += memory
     load.replicas += 1
-    load.sens += TRAINING_SENSITIVITY.get(cls.kind, 1.0)
+    load.sens += PRIOR_SENSITIVITY.get(cls.kind, 1.0)
     load.io += cls.kind in IO_HEAVY_KINDS
     return True
 

@@ -32,7 +32,12 @@ import numpy.typing as npt
 
 from edgeplane_contract.objective import AdaptiveWeights
 from edgeplane_contract.policy.actions import ACTION_SPEC, N_BINS, select_actions, select_from_logits
-from edgeplane_contract.policy.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, N_FEATURES
+from edgeplane_contract.policy.features import (
+    FEATURE_NAMES,
+    FEATURE_SCHEMA_VERSION,
+    N_FEATURES,
+    interference_prior,
+)
 
 from controlplane.policy.export import INPUT_NAME, LOGITS_NAME, Q_NAME
 from controlplane.policy.samples import Samples
@@ -231,8 +236,8 @@ def _file_entry(path: Path) -> dict[str, Any]:
 def write_metadata(model_dir: Path, body: dict[str, Any]) -> Path:
     """``metadata.json`` next to the models: schema, action space, weight rule, files, ``body``.
 
-    The runtime refuses a model whose schema version, feature count or action space differ
-    from its own, or whose file does not match the checksum recorded here.
+    The runtime refuses a model whose schema version, feature count, interference prior or
+    action space differ from its own, or whose file does not match the checksum recorded here.
     """
     files = {p.name: _file_entry(p) for p in sorted(model_dir.glob("local_policy.*.onnx"))}
     meta: dict[str, Any] = {
@@ -240,6 +245,7 @@ def write_metadata(model_dir: Path, body: dict[str, Any]) -> Path:
         "feature_schema_version": FEATURE_SCHEMA_VERSION,
         "n_features": N_FEATURES,
         "feature_names": list(FEATURE_NAMES),
+        "interference_prior": interference_prior(),
         "actions": dict(ACTION_SPEC),
         "weight_rule": {
             "inputs": "effective w1..w4; the agent adapts w3 before every decision",

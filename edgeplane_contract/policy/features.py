@@ -1,7 +1,9 @@
 """The local policy's feature schema: (node, offer, weights) -> a fixed-length float32 vector.
 
-Bump :data:`FEATURE_SCHEMA_VERSION` whenever :data:`FEATURE_NAMES` or any scaling below changes:
-the runtime refuses a model whose ``metadata.json`` names another version.
+Bump :data:`FEATURE_SCHEMA_VERSION` whenever :data:`FEATURE_NAMES`, any scaling below, or the
+interference prior the features are computed with (:data:`KNEE`, :data:`PRIOR_SENSITIVITY`)
+changes: the runtime refuses a model whose ``metadata.json`` names another version, or another
+prior (its ``interference_prior``).
 
 Every feature is scaled to roughly [0, 1] (a few reach 2-4) because the int8 model quantises its
 input with one scale for the whole vector; a feature in bytes or watts would swamp the others.
@@ -16,11 +18,14 @@ is part of the < 50 us decision budget.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
+
+from edgeplane_contract.objective import KIND_SENSITIVITY, RewardConfig
 
 __all__ = [
     "BATTERY_FLOOR_PERCENT",
@@ -33,35 +38,44 @@ __all__ = [
     "MIG_PROFILE_ORDER",
     "NODE_TYPES",
     "N_FEATURES",
-    "TRAINING_SENSITIVITY",
+    "PRIOR_SENSITIVITY",
     "NodeView",
     "Offer",
     "features",
+    "interference_prior",
     "mig_free_from_occupancy",
     "write_features",
 ]
 
-FEATURE_SCHEMA_VERSION = 1
+# 2: contention and neighbour sensitivity computed with the reward's prior (knee 0.80, flat 0.6)
+# instead of the simulator's reference physics (knee 0.70, 1.0/1.0/0.5/0.3), issue 13.
+FEATURE_SCHEMA_VERSION = 2
 
 NODE_TYPES = ("cpu", "gpu", "dpu", "edge")
 KINDS = ("service", "function", "batch", "analytics")
 # MIG profiles in the order of NodeView.mig_free (smallest first).
 MIG_PROFILE_ORDER = ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")
 
-# Mirrors of reward-config defaults the features need without importing the trainer side
-# (tests pin them to edgeplane_contract.objective.RewardConfig()).
+# Mirrors of reward-config defaults (tests pin them to edgeplane_contract.objective.RewardConfig()).
 DEFAULT_RUNTIME_S = {"service": 60.0, "function": 5.0, "batch": 1800.0, "analytics": 900.0}
-# The interference model the shipped int8 policy was trained with: the simulator's reference
-# physics, from before the reward's constants became a learned prior (issue 13). Frozen with the
-# model until it is retrained; tests/unit/sim/test_hidden_physics.py exempts this package.
-KNEE = 0.70
-TRAINING_SENSITIVITY = {"service": 1.0, "function": 1.0, "analytics": 0.5, "batch": 0.3}
+# The interference model the contention features, the heuristic and the trainer's environment
+# use: the reward's uninformed prior, taken from edgeplane_contract.objective (one place), never the
+# simulator's physics (issue 13: no scheduler may know it). The shipped model was trained with
+# these values and metadata.json records them (``interference_prior``); the runtime refuses a
+# model trained with other ones, so changing the prior in objective.py means retraining.
+KNEE: float = RewardConfig().knee
+PRIOR_SENSITIVITY: Mapping[str, float] = MappingProxyType(dict(KIND_SENSITIVITY))
 BATTERY_FLOOR_PERCENT = 15.0
 # Fleet reference power (W) when the agent is not told its fleet's: a 64-vCPU server's peak,
 # the largest node of the edge-battery fleet. R_energy is watts over this.
 DEFAULT_POWER_REF_W = 420.0
 
 _GB = 1e9
+
+
+def interference_prior() -> dict[str, object]:
+    """The prior the features are computed with, as ``metadata.json`` records it."""
+    return {"knee": KNEE, "sensitivity": {k: PRIOR_SENSITIVITY[k] for k in sorted(PRIOR_SENSITIVITY)}}
 
 
 @dataclass(slots=True)

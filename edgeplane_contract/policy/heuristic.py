@@ -22,7 +22,7 @@ from edgeplane_contract.policy.actions import (
     apply_bin,
     expected_runtime,
 )
-from edgeplane_contract.policy.features import KNEE, TRAINING_SENSITIVITY, NodeView, Offer
+from edgeplane_contract.policy.features import KNEE, PRIOR_SENSITIVITY, NodeView, Offer
 
 if TYPE_CHECKING:
     from edgeplane_contract.objective import NodeSnapshot, RewardConfig
@@ -64,7 +64,7 @@ def unit_config(weights: Sequence[float]) -> RewardConfig:
         weights=RewardWeights(util=w1, qos=w2, energy=w3, penalty=w4),
         adaptive=AdaptiveWeights(enabled=False),
         knee=KNEE,
-        sensitivity=dict(TRAINING_SENSITIVITY),
+        sensitivity=dict(PRIOR_SENSITIVITY),
     )
 
 

@@ -40,6 +40,7 @@ from edgeplane_contract.policy.features import (
     N_FEATURES,
     NodeView,
     Offer,
+    interference_prior,
     write_features,
 )
 from edgeplane_contract.policy.weights import validate_weights
@@ -95,6 +96,7 @@ def _check_metadata(path: Path, meta: dict[str, Any]) -> None:
     expected: list[tuple[str, object, object]] = [
         ("feature_schema_version", FEATURE_SCHEMA_VERSION, meta.get("feature_schema_version")),
         ("n_features", N_FEATURES, meta.get("n_features")),
+        ("interference_prior", interference_prior(), meta.get("interference_prior")),
     ]
     actions = meta.get("actions")
     if not isinstance(actions, dict):

@@ -20,7 +20,7 @@ def test_policy_info_prints_size_opset_and_quantization(capsys: pytest.CaptureFi
     assert "source:          onnx-int8" in out
     assert "quantized:       yes" in out
     assert "opset:           17" in out
-    assert "feature schema:  v1 (model: v1)" in out
+    assert "feature schema:  v2 (model: v2)" in out
 
 
 def test_policy_info_on_a_broken_model_reports_the_fallback(

@@ -24,8 +24,10 @@ GB = 1e9
 def test_mirrored_constants_match_the_reward_module() -> None:
     cfg = RewardConfig()
     assert F.DEFAULT_RUNTIME_S == dict(cfg.default_runtime_s)
-    # The knee is the shipped policy's training value, no longer the reward's default (a prior).
-    assert F.KNEE == 0.70
+    # The interference model is the reward's prior, taken from the reward module (issue 13).
+    assert cfg.knee == F.KNEE
+    assert dict(cfg.sensitivity) == dict(F.PRIOR_SENSITIVITY)
+    assert F.interference_prior() == {"knee": cfg.knee, "sensitivity": dict(sorted(cfg.sensitivity.items()))}
     assert cfg.battery_floor_percent == F.BATTERY_FLOOR_PERCENT
     w = RewardWeights()
     assert (w.util, w.qos, w.energy, w.penalty) == DEFAULT_WEIGHTS

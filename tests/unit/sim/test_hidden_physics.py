@@ -21,14 +21,11 @@ ROOT = Path(__file__).resolve().parents[3]
 SCHEDULER_TREES = [ROOT / "controlplane" / "scheduling", ROOT / "edgeplane_contract"]
 
 
-# The shipped int8 local policy was trained on the reference physics; its frozen training
-# reward lives with its features (edgeplane_contract/policy/features.py) until it is retrained.
-EXEMPT = ROOT / "edgeplane_contract" / "policy"
-
-
 def _modules() -> list[Path]:
-    files = [p for tree in SCHEDULER_TREES for p in sorted(tree.rglob("*.py")) if EXEMPT not in p.parents]
+    files = [p for tree in SCHEDULER_TREES for p in sorted(tree.rglob("*.py"))]
     assert len(files) > 20
+    # The agent's local policy (features, heuristic, runtime) is covered like everything else.
+    assert ROOT / "edgeplane_contract" / "policy" / "features.py" in files
     return files
 
 
@@ -80,6 +77,75 @@ def test_no_scheduling_module_copies_the_sensitivity_table(path: Path) -> None:
             shared = set(found) & set(truth)
             if len(shared) >= 3:
                 assert any(found[k] != truth[k] for k in shared), f"{path}: {found} is the simulator's table"
+
+
+def _reference_scalars() -> dict[str, set[float]]:
+    """The reference physics' scalar constants, by the name fragment that would hold them."""
+    models = [p.contention for p in PRESETS.values()] + [ContentionModel()]
+    return {"knee": {m.knee for m in models}, "io_penalty": {m.io_penalty for m in models}}
+
+
+def _named_numbers(tree: ast.AST) -> list[tuple[str, float]]:
+    """Every ``name = number`` (plain or annotated), ``name=number`` keyword and
+    ``{"name": number}`` entry, with the name lower-cased."""
+    out: list[tuple[str, float]] = []
+
+    def number(node: ast.AST | None) -> float | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return float(node.value)
+        return None
+
+    for node in ast.walk(tree):
+        pairs: list[tuple[str, ast.AST | None]] = []
+        if isinstance(node, ast.Assign):
+            pairs = [(t.id, node.value) for t in node.targets if isinstance(t, ast.Name)]
+            pairs += [(t.attr, node.value) for t in node.targets if isinstance(t, ast.Attribute)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            pairs = [(node.target.id, node.value)]
+        elif isinstance(node, ast.keyword) and node.arg:
+            pairs = [(node.arg, node.value)]
+        elif isinstance(node, ast.Dict):
+            pairs = [
+                (k.value, v)
+                for k, v in zip(node.keys, node.values, strict=True)
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            ]
+        for name, value in pairs:
+            found = number(value)
+            if found is not None:
+                out.append((name.lower(), found))
+    return out
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_scheduling_module_copies_the_reference_knee_or_io_penalty(path: Path) -> None:
+    truth = _reference_scalars()
+    for name, value in _named_numbers(ast.parse(path.read_text(encoding="utf-8"))):
+        for fragment, values in truth.items():
+            if fragment in name:
+                assert value not in values, f"{path}: {name} = {value} is the simulator's {fragment}"
+
+
+def test_the_copy_detectors_catch_the_policys_old_constants() -> None:
+    """What the policy package held before issue 13's retraining is caught by the tests above."""
+    old = ast.parse(
+        "KNEE = 0.70\n"
+        'TRAINING_SENSITIVITY = {"service": 1.0, "function": 1.0, "analytics": 0.5, "batch": 0.3}\n'
+        "cfg = RewardConfig(knee=0.7, io_penalty=0.15)\n"
+    )
+    tables = [t for node in ast.walk(old) if (t := _literal_table(node)) is not None]
+    assert any(t == truth for t in tables for truth in _reference_tables())
+    truth = _reference_scalars()
+    hits = [(n, v) for n, v in _named_numbers(old) for f, vals in truth.items() if f in n and v in vals]
+    assert hits == [("knee", 0.7), ("knee", 0.7), ("io_penalty", 0.15)]
+
+
+def test_the_local_policy_uses_the_reward_prior() -> None:
+    from edgeplane_contract.objective import KIND_SENSITIVITY
+    from edgeplane_contract.policy import features
+
+    assert features.KNEE == RewardConfig().knee
+    assert dict(features.PRIOR_SENSITIVITY) == KIND_SENSITIVITY
 
 
 def test_the_reward_prior_is_not_the_reference_physics() -> None:
