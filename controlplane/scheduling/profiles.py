@@ -35,7 +35,7 @@ it places no workload, so it is not among the profiles ``--scheduler`` takes.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,15 +91,22 @@ _VOLCANO_BINPACK: dict[str, Any] = {
 }
 
 
-def _most_allocated(base: dict[str, Any], name: str) -> dict[str, Any]:
-    """``base`` with NodeResourcesFit's LeastAllocated score swapped for MostAllocated (same weight)."""
+def _replacing(
+    base: dict[str, Any], name: str, plugin: str, change: Callable[[dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    """A copy of ``base`` named ``name`` whose ``plugin`` entry is ``change(entry)`` (the
+    other plugins, the action space and the reward stay as they are)."""
     out = copy.deepcopy(base)
     out["name"] = name
-    out["plugins"] = [
-        {**p, "name": "NodeResourcesMostAllocated"} if p["name"] == "NodeResourcesLeastAllocated" else p
-        for p in out["plugins"]
-    ]
+    out["plugins"] = [change(p) if p["name"] == plugin else p for p in out["plugins"]]
     return out
+
+
+def _most_allocated(base: dict[str, Any], name: str) -> dict[str, Any]:
+    """``base`` with NodeResourcesFit's LeastAllocated score swapped for MostAllocated (same weight)."""
+    return _replacing(
+        base, name, "NodeResourcesLeastAllocated", lambda p: {**p, "name": "NodeResourcesMostAllocated"}
+    )
 
 
 _VOLCANO: dict[str, Any] = {
@@ -184,12 +191,9 @@ _EDGEPLANE: dict[str, Any] = {
 def _merging(base: dict[str, Any], name: str) -> dict[str, Any]:
     """``base`` with GpuFragmentation's fragment merge on (moving only batch and analytics work:
     restarting a short inference job costs its SLA)."""
-    out = copy.deepcopy(base)
-    out["name"] = name
-    for plugin in out["plugins"]:
-        if plugin["name"] == "GpuFragmentation":
-            plugin["args"] = {**plugin.get("args", {}), "merge": True}
-    return out
+    return _replacing(
+        base, name, "GpuFragmentation", lambda p: {**p, "args": {**p.get("args", {}), "merge": True}}
+    )
 
 
 def _variant(base: dict[str, Any], name: str, reward: dict[str, Any]) -> dict[str, Any]:
@@ -205,19 +209,16 @@ def _learned(base: dict[str, Any], name: str) -> dict[str, Any]:
     Filters, post-filters, the other scores and the reward block stay; the reward block becomes
     the plugin's args (the agents' base weights and battery rule, and the fallback score).
     """
-    out = copy.deepcopy(base)
-    out["name"] = name
-    out["plugins"] = [
-        {
+    return _replacing(
+        base,
+        name,
+        "MultiObjective",
+        lambda p: {
             "name": "LocalPolicyBid",
             "weight": p.get("weight", 1.0),
-            "args": {"reward": copy.deepcopy(out["reward"])},
-        }
-        if p["name"] == "MultiObjective"
-        else p
-        for p in out["plugins"]
-    ]
-    return out
+            "args": {"reward": copy.deepcopy(base["reward"])},
+        },
+    )
 
 
 _FUNCTIONS: dict[str, Any] = {
