@@ -7,7 +7,7 @@ import importlib.util
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 __all__ = ["configure", "run"]
@@ -85,6 +85,22 @@ def progress_line(t: float, window: tuple[float, float]) -> str:
     return f"simulated {hours:g}/{hours:g} h, draining the work still running (+{(t - end) / 3600:.1f} h)"
 
 
+def _progress(quiet: bool) -> Callable[[str, float, tuple[float, float]], None]:
+    """What a run reports as it goes: one stderr line per progress call, with the wall clock
+    since this was made (nothing when ``quiet``)."""
+    started = time.perf_counter()
+
+    def progress(name: str, t: float, window: tuple[float, float]) -> None:
+        if not quiet:
+            print(
+                f"  [{name}] {progress_line(t, window)} ({time.perf_counter() - started:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return progress
+
+
 def _fail(message: str) -> int:
     print(f"controlplane simulate: error: {message}", file=sys.stderr)
     return 2
@@ -109,14 +125,7 @@ def _run_trace(args: argparse.Namespace, names: list[str]) -> int:
         trace = load_vm_trace(args.trace_dir, split=args.split, hours=args.hours)
     except TraceFormatError as exc:
         return _fail(f"bad trace: {exc}")
-    started = time.perf_counter()
-
-    def progress(name: str, t: float, window: tuple[float, float]) -> None:
-        if not args.quiet:
-            print(
-                f"  [{name}] {progress_line(t, window)} ({time.perf_counter() - started:.0f} s)",
-                file=sys.stderr,
-            )
+    progress = _progress(args.quiet)
 
     if not args.quiet:
         print(
@@ -187,14 +196,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--plot needs matplotlib, which is an optional extra: pip install 'edgeplane[plot]'")
 
     started = time.perf_counter()
-
-    def progress(name: str, t: float, window: tuple[float, float]) -> None:
-        if not args.quiet:
-            print(
-                f"  [{name}] {progress_line(t, window)} ({time.perf_counter() - started:.0f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
+    progress = _progress(args.quiet)
 
     if not args.quiet:
         print(f"simulating {', '.join(names)} on {args.preset} for {args.hours:g} h ...", file=sys.stderr)

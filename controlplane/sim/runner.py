@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_SCHEDULERS",
     "POWER_MANAGER_MODES",
     "SCHEDULERS",
+    "check_power_manager",
     "default_schedulers",
     "power_manager_runs",
     "register_scheduler",
@@ -72,6 +73,12 @@ def with_power_manager(preset: Preset, enabled: bool) -> Preset:
     return replace(preset, power_manager=replace(preset.power_manager, enabled=enabled))
 
 
+def check_power_manager(mode: str | None) -> None:
+    """ValueError unless ``mode`` is one of :data:`POWER_MANAGER_MODES` or None (the preset's)."""
+    if mode is not None and mode not in POWER_MANAGER_MODES:
+        raise ValueError(f"power_manager must be one of {', '.join(POWER_MANAGER_MODES)} or None")
+
+
 def power_manager_runs(
     schedulers: list[str], mode: str | None, preset: Preset
 ) -> Iterator[tuple[str, str, Preset]]:
@@ -102,8 +109,7 @@ def run_comparison(
 
     ``physics_seed``: the hidden physics (None: the reference constants, see .physics_params);
     ``power_manager``: on, off or both (None: as the preset says); ``load``: offered load x F."""
-    if power_manager is not None and power_manager not in POWER_MANAGER_MODES:
-        raise ValueError(f"power_manager must be one of {', '.join(POWER_MANAGER_MODES)} or None")
+    check_power_manager(power_manager)
     base = get_preset(preset) if isinstance(preset, str) else preset
     scenario = scale_preset(base, nodes) if nodes else base
     scenario = scale_load(scenario, load)

@@ -33,7 +33,7 @@ from controlplane.sim.engine import Simulation
 from controlplane.sim.metrics import summarise
 from controlplane.sim.physics import SimTask
 from controlplane.sim.presets import GB, ContentionModel, NodeGroup, Preset
-from controlplane.sim.runner import POWER_MANAGER_MODES, SCHEDULERS, power_manager_runs
+from controlplane.sim.runner import SCHEDULERS, check_power_manager, power_manager_runs
 from controlplane.sim.vmtrace import BIN_S, VmTrace
 from controlplane.sim.workload import TaskSpec
 
@@ -224,8 +224,7 @@ def run_trace_comparison(
     """Simulate each scheduler on the same VM arrivals; returns the JSON report (the simulator's
     metrics per run plus the VM ones of :func:`_vm_metrics`). ``power_manager``: on, off or
     both (``NAME`` without it, ``NAME+pm`` with it), as in the presets' runs; None: on."""
-    if power_manager is not None and power_manager not in POWER_MANAGER_MODES:
-        raise ValueError(f"power_manager must be one of {', '.join(POWER_MANAGER_MODES)} or None")
+    check_power_manager(power_manager)
     tasks = vm_tasks(trace, seed)
     horizon = trace.bins * BIN_S
     offered_s, peak = offered_cpu(tasks, horizon)
