@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PlotUnavailable", "format_table", "write_plot"]
+__all__ = ["PlotUnavailable", "format_cell", "format_table", "write_plot"]
 
 _ROWS = (
     ("mean_utilization", "mean utilisation (powered-on)", "pct"),
@@ -54,13 +54,20 @@ class PlotUnavailable(RuntimeError):
     """matplotlib is not installed (it is the optional ``plot`` extra)."""
 
 
-def _fmt(value: float | None, kind: str) -> str:
+def format_cell(value: float | None, kind: str) -> str:
+    """One table cell: ``pct`` (a share, one decimal), ``pct2`` (two decimals, where shares
+    near 100% differ in the second), ``int``, ``count`` (an integer with thousands separators),
+    ``num`` (one decimal from 10 up, else two); None is ``n/a``."""
     if value is None:
         return "n/a"
     if kind == "pct":
         return f"{100 * value:.1f}%"
+    if kind == "pct2":
+        return f"{100 * value:.2f}%"
     if kind == "int":
         return f"{int(value)}"
+    if kind == "count":
+        return f"{int(value):,}"
     return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
@@ -79,13 +86,15 @@ def format_table(report: dict[str, Any]) -> str:
         header += f"  power manager {report['power_manager']}"
     lines = [header, f"{'metric':32}" + "".join(f"{n:>{width}}" for n in names)]
     for key, label, kind in _ROWS:
-        lines.append(f"{label:32}" + "".join(f"{_fmt(results[n][key], kind):>{width}}" for n in names))
+        lines.append(f"{label:32}" + "".join(f"{format_cell(results[n][key], kind):>{width}}" for n in names))
     if any(results[n].get("battery_nodes") for n in names):
         for key, label, kind in _BATTERY_ROWS:
-            lines.append(f"{label:32}" + "".join(f"{_fmt(results[n][key], kind):>{width}}" for n in names))
+            lines.append(
+                f"{label:32}" + "".join(f"{format_cell(results[n][key], kind):>{width}}" for n in names)
+            )
     if any(results[n].get("large_gpu_mig_arrivals") for n in names):
         for key, label, kind in _MIG_ROWS:
-            mig_cells = "".join(f"{_fmt(results[n].get(key), kind):>{width}}" for n in names)
+            mig_cells = "".join(f"{format_cell(results[n].get(key), kind):>{width}}" for n in names)
             lines.append(f"{label:32}" + mig_cells)
     lines.extend(_score_sheet(results, names, width))
     if "default" in results and len(names) > 1:
@@ -112,11 +121,11 @@ def _score_sheet(results: dict[str, Any], names: list[str], width: int) -> list[
     lines = ["", row("score sheet", names)]
     lines.append(row("power manager", ["on" if results[n]["power_manager"] else "off" for n in names]))
     for key, label, kind in _SCORE_ROWS:
-        lines.append(row(label, [_fmt(results[n][key], kind) for n in names]))
+        lines.append(row(label, [format_cell(results[n][key], kind) for n in names]))
     kinds = sorted({k for n in names for k in results[n].get("by_kind", {})})
     for k in kinds:
         for key, label, kind in _KIND_ROWS:
-            cells = [_fmt(results[n]["by_kind"].get(k, {}).get(key), kind) for n in names]
+            cells = [format_cell(results[n]["by_kind"].get(k, {}).get(key), kind) for n in names]
             lines.append(row(f"{k}: {label}", cells))
     return lines
 

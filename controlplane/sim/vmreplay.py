@@ -33,6 +33,7 @@ from controlplane.sim.engine import Simulation
 from controlplane.sim.metrics import summarise
 from controlplane.sim.physics import SimTask
 from controlplane.sim.presets import GB, ContentionModel, NodeGroup, Preset
+from controlplane.sim.report import format_cell
 from controlplane.sim.runner import SCHEDULERS, check_power_manager, power_manager_runs
 from controlplane.sim.vmtrace import BIN_S, VmTrace
 from controlplane.sim.workload import TaskSpec
@@ -276,29 +277,21 @@ def run_trace_comparison(
 
 
 _ROWS = (
-    ("acceptance_rate", "acceptance (started in 10 min)", "pct"),
-    ("queued_rate", "VMs that queued", "pct"),
+    ("acceptance_rate", "acceptance (started in 10 min)", "pct2"),
+    ("queued_rate", "VMs that queued", "pct2"),
     ("mean_queue_s", "mean queueing delay (s)", "num"),
     ("p99_queue_s", "P99 queueing delay (s)", "num"),
-    ("fragmentation_rate", "fragmented at arrival", "pct"),
-    ("no_room_arrivals", "arrivals with no room in total", "int"),
-    ("wake_needed_arrivals", "arrivals that need a wake", "int"),
-    ("served_cpu_utilization", "served CPU / fleet CPU", "pct"),
-    ("served_of_offered", "served / offered CPU work", "pct"),
-    ("cpu_utilization_powered", "CPU allocated, powered-on", "pct"),
+    ("fragmentation_rate", "fragmented at arrival", "pct2"),
+    ("no_room_arrivals", "arrivals with no room in total", "count"),
+    ("wake_needed_arrivals", "arrivals that need a wake", "count"),
+    ("served_cpu_utilization", "served CPU / fleet CPU", "pct2"),
+    ("served_of_offered", "served / offered CPU work", "pct2"),
+    ("cpu_utilization_powered", "CPU allocated, powered-on", "pct2"),
     ("mean_nodes_powered", "mean nodes powered", "num"),
-    ("nodes_powered_at_end", "nodes powered at the end", "int"),
+    ("nodes_powered_at_end", "nodes powered at the end", "count"),
     ("energy_kwh", "energy (kWh)", "num"),
     ("p99_decision_latency_ms", "p99 decision latency (ms)", "num"),
 )
-
-
-def _cell(value: float, kind: str) -> str:
-    if kind == "pct":
-        return f"{100 * value:.2f}%"
-    if kind == "int":
-        return f"{int(value):,}"
-    return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
 def format_trace_table(report: dict[str, Any]) -> str:
@@ -316,6 +309,6 @@ def format_trace_table(report: dict[str, Any]) -> str:
         f"{'metric':32}" + "".join(f"{n:>{width}}" for n in names),
     ]
     for key, label, kind in _ROWS:
-        lines.append(f"{label:32}" + "".join(f"{_cell(runs[n][key], kind):>{width}}" for n in names))
+        lines.append(f"{label:32}" + "".join(f"{format_cell(runs[n][key], kind):>{width}}" for n in names))
     lines.append(f"trace: {CREDIT}")
     return "\n".join(lines)
