@@ -121,7 +121,8 @@ def _score_sheet(results: dict[str, Any], names: list[str], width: int) -> list[
     lines = ["", row("score sheet", names)]
     lines.append(row("power manager", ["on" if results[n]["power_manager"] else "off" for n in names]))
     for key, label, kind in _SCORE_ROWS:
-        lines.append(row(label, [format_cell(results[n][key], kind) for n in names]))
+        # n/a where a report predates the row (energy per served vCPU-hour came later).
+        lines.append(row(label, [format_cell(results[n].get(key), kind) for n in names]))
     kinds = sorted({k for n in names for k in results[n].get("by_kind", {})})
     for k in kinds:
         for key, label, kind in _KIND_ROWS:

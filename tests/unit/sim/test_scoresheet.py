@@ -149,3 +149,9 @@ def test_the_table_reads_reports_written_before_the_score_sheet(report):
         del run["served_utilization"]
     assert "score sheet" not in format_table(old)
     assert "score sheet" in format_table(report)
+    # A score sheet written before energy per served vCPU-hour existed: that row reads n/a.
+    older = json.loads(json.dumps(report))
+    for run in older["runs"].values():
+        del run["energy_per_served_cpu_hour_wh"]
+    row = next(line for line in format_table(older).splitlines() if line.startswith("energy per served"))
+    assert row.split()[-2:] == ["n/a", "n/a"]
