@@ -173,6 +173,9 @@ class ActionSpace:
 
     def __init__(self, config: ActionSpaceConfig | None = None) -> None:
         self.config = config or ActionSpaceConfig()
+        # The quota bins in ascending order, once (every cycle compares against them).
+        self._cpu_bins = np.array(sorted(self.config.cpu_bins))
+        self._mem_bins = np.array(sorted(self.config.memory_bins))
 
     def _static(self, table: NodeTable, res: ResourceRequest) -> _StaticActions:
         """What of the mask depends on node facts alone, not on allocations: cached per request
@@ -188,7 +191,7 @@ class ActionSpace:
         n = len(table)
         cfg = self.config
         eps = 1e-9
-        first_cpu, first_mem = min(cfg.cpu_bins), min(cfg.memory_bins)
+        first_cpu, first_mem = self._cpu_bins[0], self._mem_bins[0]
         never = [
             _frozen(res.cpu * first_cpu > table.cpu_cap + eps),
             _frozen(res.memory * first_mem > table.mem_cap + eps),
@@ -227,11 +230,9 @@ class ActionSpace:
     def analyse(self, table: NodeTable, res: ResourceRequest) -> NodeActions:
         """Per node: actions in total, actions feasible now, and resource rejections."""
         n = len(table)
-        cfg = self.config
         static = self._static(table, res)
         rejections: list[Rejection] = []
-        cpu_bins = np.array(sorted(cfg.cpu_bins))
-        mem_bins = np.array(sorted(cfg.memory_bins))
+        cpu_bins, mem_bins = self._cpu_bins, self._mem_bins
         cpu_free = table.cpu_cap - table.cpu_alloc
         mem_free = table.mem_cap - table.mem_alloc
         eps = 1e-9
