@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "token": ("controlplane.commands.token", "create, list and revoke API tokens"),
     "agent-token": ("controlplane.commands.agent_token", "create a single-use join token for an edge agent"),
     "agent-credentials": ("controlplane.commands.agent_credentials", "enrol a node offline, to a file"),
+    "node": ("controlplane.commands.node", "re-key a node or approve more capacity than it first claimed"),
     "nats-config": ("controlplane.commands.nats_config", "the NATS authorization an external server needs"),
     "get": ("controlplane.commands.get", "list nodes, workloads, functions, clusters or events"),
     "describe": (

@@ -22,6 +22,7 @@ __all__ = [
     "NotFoundError",
     "PayloadTooLargeError",
     "RateLimitedError",
+    "StoreUnavailableError",
     "UnauthorizedError",
     "UnavailableError",
     "UnsupportedMediaTypeError",
@@ -93,6 +94,18 @@ class UnavailableError(EdgeplaneError):
     http_status = 503
 
 
+class StoreUnavailableError(UnavailableError):
+    """The store cannot be reached or cannot write now (database down, disk full, locked past its
+    timeout): the request did nothing lasting, and the same request later may succeed."""
+
+    RETRY_AFTER_S = 2
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the store is unavailable: {reason}")
+        self.reason = reason
+        self.headers["Retry-After"] = str(self.RETRY_AFTER_S)
+
+
 class InvocationFailedError(EdgeplaneError):
     """A function invocation that failed, as the service recorded it (``{"code", "message",
     ...}``): its own code, what else it said (type, traceback) beside the message, and the
@@ -103,6 +116,7 @@ class InvocationFailedError(EdgeplaneError):
         "no_capacity": 503,
         "capacity": 503,
         "unavailable": 503,
+        "not_started": 503,  # handed to no worker on its node: it ran nowhere, a retry runs it
         "timeout": 504,
         "too_large": 413,
     }

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -87,16 +88,24 @@ class NatsServer:
 
     def start(self, timeout_s: float = 10.0) -> NatsServer:
         binary = find_nats_server()
-        out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
+        out: int = subprocess.DEVNULL
+        if self.log_file:
+            # The hub's log of its NATS server is private (0600), whatever the process umask.
+            out = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            os.fchmod(out, stat.S_IMODE(os.fstat(out).st_mode) & 0o700)
         command = [binary, "-a", self.host, "-p", str(self.port), "--no_advertise"]
         if self.config_file is not None:
             command += ["-c", str(self.config_file)]
-        self.process = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        try:
+            self.process = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            if out != subprocess.DEVNULL:
+                os.close(out)  # the child has its copy
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -93,6 +93,7 @@ class Agent:
         self.confinement = Confinement.detect(
             node=config.name,
             work_dir=Path(config.work_dir),
+            sandbox_root=Path(config.sandbox_root) if config.sandbox_root else None,
             run_as=config.run_as,
             pids_max=config.pids_max,
             cgroup_root=config.cgroup_root,

@@ -1,5 +1,6 @@
 """What a unit's process starts with: its whole environment, and the setup its child runs between
-fork and exec (cgroups, limits, the unprivileged user, PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS)."""
+fork and exec (cgroups, limits, the unprivileged user, PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS,
+the seccomp filter)."""
 
 from __future__ import annotations
 
@@ -53,10 +54,14 @@ def child_setup(
     gid: int | None,
     parent_pid: int,
     no_new_privs: bool = True,
+    seccomp: Callable[[], None] | None = None,
 ) -> Callable[[], None]:
     """The ``preexec_fn`` of every unit: join its cgroups and set limits (best effort, as root),
     then drop to ``uid``/``gid`` (raises if that fails: the exec must not happen), then set
-    PR_SET_PDEATHSIG (after the drop: a credential change clears it) and PR_SET_NO_NEW_PRIVS."""
+    PR_SET_PDEATHSIG (after the drop: a credential change clears it) and PR_SET_NO_NEW_PRIVS, and
+    last loads the ``seccomp`` filter (raises if that fails): after the drop, so that the setup
+    itself is never filtered, and after no_new_privs, which an unprivileged process needs to
+    load one."""
 
     def apply() -> None:
         for path in procs:
@@ -86,5 +91,7 @@ def child_setup(
                 os._exit(137)
             if no_new_privs and _libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), zero, zero, zero):
                 raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
+        if seccomp is not None:
+            seccomp()
 
     return apply

@@ -1,7 +1,8 @@
 """``edge-agent`` command line: ``edge-agent run --nats URL --cluster C --name N [--config FILE]``.
 
 NATS identity, first match wins: ``--credentials FILE``; ``<work_dir>/credentials.json`` (from an
-earlier enrolment); ``--join TOKEN --hub URL`` (enrol now, then keep the credentials there);
+earlier enrolment); ``--join-file FILE``, ``--join -`` (stdin) or ``--join TOKEN``, with
+``--hub URL`` (enrol now, then keep the credentials there);
 none: connect anonymously (a server that takes anyone). Flags override what the credentials
 say about the NATS URL and subject prefix; the node and cluster names are bound to them.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeplane_contract.errors import ConfigError, ValidationError
+from edgeplane_contract.logfmt import configure_logging
 from edgeplane_contract.resources import parse_cpu, parse_memory
 
 __all__ = ["main"]
@@ -81,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the agent keeps its state, outbox and workload logs (default ~/.edgeplane/agent/NAME)",
     )
     run.add_argument(
+        "--sandbox-root",
+        dest="sandbox_root",
+        help="where workloads' and functions' work dirs go (default: beside the work dir where "
+        "the run user can reach it, else /var/lib/edgeplane/sandboxes/NAME)",
+    )
+    run.add_argument(
         "--run-as",
         dest="run_as",
         help="user that workloads and functions run as when the agent is root "
@@ -88,8 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--join",
-        default=os.environ.get("EDGEPLANE_JOIN_TOKEN"),
-        help="enrol with this single-use join token (env EDGEPLANE_JOIN_TOKEN); needs --hub",
+        help="enrol with this single-use join token; '-': read it from stdin (env EDGEPLANE_JOIN_TOKEN); "
+        "needs --hub. A token given here is visible in the process list: prefer --join-file or '-'",
+    )
+    run.add_argument(
+        "--join-file",
+        dest="join_file",
+        metavar="FILE",
+        help="enrol with the join token in FILE (removed after a successful join); needs --hub",
     )
     run.add_argument("--hub", help="the hub's API URL, for --join (e.g. https://hub:8080)")
     run.add_argument("--hub-ca", dest="hub_ca", help="CA file to verify the hub's HTTPS certificate")
@@ -117,10 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         from edge_agent.policy.cli import run as run_policy
 
         return run_policy(args)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # One line per record, no token or seed in it (edgeplane_contract/logfmt.py).
+    configure_logging(str(args.log_level))
     overrides = {
         key: getattr(args, key)
         for key in (
@@ -133,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             "labels",
             "power_supply_path",
             "work_dir",
+            "sandbox_root",
             "run_as",
             "metrics_listen",
         )
@@ -165,23 +178,28 @@ def _configure(args: argparse.Namespace, overrides: dict[str, Any]) -> object:
     from edgeplane_contract.enrolment import CREDENTIALS_FILE, AgentCredentials, load_credentials
 
     from edge_agent.config import load_agent_config
-    from edge_agent.enrol import JoinError, join
+    from edge_agent.enrol import JoinError, join, read_join_token, remove_join_file
 
     credentials: AgentCredentials | None = None
     if args.credentials:
         credentials = load_credentials(Path(args.credentials))
     config = load_agent_config(args.config, _with_credentials(overrides, credentials, args.credentials))
     stored = Path(config.work_dir) / CREDENTIALS_FILE
+    wants_join = args.join is not None or args.join_file is not None
     if credentials is None and stored.exists():
         credentials = load_credentials(stored)
-        if args.join:
+        if wants_join:
             logging.getLogger("edgeplane.agent").info(
-                "already enrolled as %s/%s (%s): --join ignored",
+                "already enrolled as %s/%s (%s): --join/--join-file ignored",
                 credentials.cluster,
                 credentials.node,
                 stored,
             )
-    elif credentials is None and args.join:
+    elif credentials is None and (
+        token := read_join_token(
+            args.join, args.join_file, env=os.environ.get("EDGEPLANE_JOIN_TOKEN"), stdin=sys.stdin
+        )
+    ):
         if not args.hub:
             raise ConfigError("<command line>", "--hub", "--join needs the hub's API URL")
         try:
@@ -191,11 +209,13 @@ def _configure(args: argparse.Namespace, overrides: dict[str, Any]) -> object:
         cluster = args.cluster  # asked for only when given: the token knows its cluster
         try:
             credentials = asyncio.run(
-                join(args.hub, args.join, node=config.name, cluster=cluster, ssl_context=hub_ssl)
+                join(args.hub, token, node=config.name, cluster=cluster, ssl_context=hub_ssl)
             )
         except JoinError as exc:
             raise _JoinFailed(str(exc)) from None
         credentials.save(stored)
+        if args.join_file is not None:
+            remove_join_file(args.join_file)
     if credentials is not None:
         config = load_agent_config(args.config, _with_credentials(overrides, credentials, str(stored)))
         config.nats_seed = credentials.seed

@@ -12,6 +12,7 @@ File keys (all optional except where the CLI does not give them)::
     capacity: {cpu: 4, memory: 8Gi, dpu: 0}   # defaults: what the machine has
     power_supply_path: /sys/class/power_supply
     work_dir: ~/.edgeplane/agent/<name>
+    sandbox_root: ""           # units' work dirs (default: work_dir + .sandboxes, or /var/lib/edgeplane/...)
     stop_grace_s: 5
     outbox_limit: 10000
     function_memory: 4Gi       # memory for function instances (default: half the node's)
@@ -71,6 +72,10 @@ class AgentConfig:
     dpu: int = 0
     power_supply_path: str = "/sys/class/power_supply"
     work_dir: str = ""
+    # Where units' work dirs go ("": <work_dir>.sandboxes where the run user can reach it, else
+    # /var/lib/edgeplane/sandboxes/<node>; as the agent's own user, <work_dir>/sandboxes).
+    # Never inside work_dir: that one is private to the agent (edge_agent/confinement.py).
+    sandbox_root: str = ""
     stop_grace_s: float = 5.0
     outbox_limit: int = 10000
     function_memory: int | None = None  # memory for function instances; default half the node's
@@ -114,6 +119,7 @@ _KEYS = {
     "capacity",
     "power_supply_path",
     "work_dir",
+    "sandbox_root",
     "stop_grace_s",
     "outbox_limit",
     "function_memory",
@@ -234,6 +240,14 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
     # Absolute once, here: processes started in a work dir of their own must not resolve a
     # relative path against it a second time (a relative --data-dir broke every function).
     cfg.work_dir = str(Path(cfg.work_dir).expanduser().absolute())
+    sandbox_root = data.get("sandbox_root", "")
+    if not isinstance(sandbox_root, str):
+        raise fail("sandbox_root", "must be a path string")
+    if sandbox_root:
+        root = Path(sandbox_root).expanduser().absolute()
+        if root == Path(cfg.work_dir) or Path(cfg.work_dir) in root.parents:
+            raise fail("sandbox_root", "must not be inside work_dir (the agent's own files are private)")
+        cfg.sandbox_root = str(root)
     if data.get("log_max_bytes") is not None:
         try:
             cfg.log_max_bytes = parse_memory(data["log_max_bytes"], field_name="log_max_bytes")

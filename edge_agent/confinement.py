@@ -10,12 +10,15 @@ Every placement and function instance (a *unit*) starts
   function version) that alone may enter its work dir (``root:<gid>``, mode 0770), so one
   workload cannot read or write another's files even though they run as the same user;
 * in cgroups of its own (:class:`edge_agent.unit_groups.UnitGroups`): a stop kills every process of
-  the unit, ``setsid`` ones included, and ``pids.max`` bounds how many it may have.
+  the unit, ``setsid`` ones included, and ``pids.max`` bounds how many it may have;
+* under a seccomp filter (:mod:`edge_agent.seccomp_filter`) that refuses new namespaces, mounts,
+  ``ptrace`` and other calls user code never needs, where libseccomp and the kernel allow it.
 
 The agent's own work dir (logs, state, credentials) is made 0700 when code runs as another user;
-work dirs live beside it (``<work_dir>.sandboxes``) where the run user can reach that path, else
-under ``/var/lib/edgeplane/sandboxes``. Python function workers run the agent's interpreter, or
-one of the same version where the run user cannot reach it (:func:`worker_python`).
+work dirs live in ``sandbox_root`` when set (``up`` sets ``<data-dir>.sandboxes/<node>``, outside
+its private data dir), else beside it (``<work_dir>.sandboxes``), where the run user can reach
+that path, else under ``/var/lib/edgeplane/sandboxes``. Python function workers run the agent's
+interpreter, or one of the same version where the run user cannot reach it (:func:`worker_python`).
 :meth:`Confinement.detect` works out once at start what this machine allows;
 :attr:`Confinement.report` says it (sent to the hub at registration) and what could not be
 enforced is logged once.
@@ -52,6 +55,8 @@ from edge_agent.run_user import (
     resolve_run_user,
     worker_python,
 )
+from edge_agent.seccomp_filter import UnitFilter
+from edge_agent.seccomp_filter import detect as detect_seccomp
 from edge_agent.unit_groups import UnitGroups, detect_unit_groups
 
 __all__ = [
@@ -90,8 +95,11 @@ def isolation_report(
     groups: UnitGroups,
     cpu_quota: str,
     python_functions: str,
+    seccomp: str,
 ) -> dict[str, str]:
-    """What the agent enforces on user code, as strings (sent to the hub, shown by the API)."""
+    """What the agent enforces on user code, as strings (sent to the hub, shown by the API).
+
+    ``seccomp``: ``"yes"`` (units run under :mod:`edge_agent.seccomp_filter`) or ``"none (<why>)"``."""
     if run_user.drops:
         work_dirs = "private-group" if private_groups else "run-user"
     else:
@@ -106,7 +114,18 @@ def isolation_report(
         "pids_limit": str(groups.pids_max) if groups.pids_max is not None else "none",
         "cpu_quota": cpu_quota,
         "python_functions": python_functions,
+        "seccomp": seccomp,
     }
+
+
+def _make_reachable(path: Path) -> None:
+    """Make the directories of ``path`` that are missing, searchable by anyone (0711: not
+    listable): explicit modes, since the agent may run under ``up``'s umask 077. Existing
+    directories keep their modes (they are someone's choice). Raises OSError."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        os.chmod(directory, 0o711)
 
 
 def _unit_name(text: str) -> str:
@@ -139,6 +158,8 @@ class Confinement:
         cpu_quota: str = "none",
         python: WorkerPython | None = None,
         python_blocked: str | None = None,
+        seccomp: UnitFilter | None = None,
+        seccomp_state: str | None = None,
     ) -> None:
         self.sandbox_root = sandbox_root
         self.run_user = run_user
@@ -155,7 +176,9 @@ class Confinement:
             groups=self.groups,
             cpu_quota=cpu_quota,
             python_functions=self.python.kind if self.python is not None else "no",
+            seccomp=seccomp_state or ("yes" if seccomp is not None else "none (not requested)"),
         )
+        self.seccomp = seccomp
         self._agent_uid = os.geteuid()
         self._make_dir(sandbox_root, 0o711 if run_user.drops else 0o700)
 
@@ -170,6 +193,7 @@ class Confinement:
         *,
         node: str,
         work_dir: Path,
+        sandbox_root: Path | None = None,
         run_as: str = DEFAULT_RUN_USER,
         pids_max: int | None = 512,
         cgroup_root: str = "",
@@ -183,6 +207,9 @@ class Confinement:
         notes += cgroup_notes
         pool: GroupPool | None = None
         python, python_blocked = worker_python(run_user)
+        unit_filter, seccomp_state = detect_seccomp()
+        if unit_filter is None:
+            notes.append(f"seccomp: {seccomp_state}")
         if run_user.drops:
             assert run_user.uid is not None and run_user.gid is not None
             try:
@@ -196,7 +223,7 @@ class Confinement:
             # The agent's own files: no one else's business, whatever their modes.
             work_dir.mkdir(parents=True, exist_ok=True)
             os.chmod(work_dir, 0o700)
-            sandbox_root = cls._sandbox_root(work_dir, key, run_user, notes)
+            sandbox_root = cls._sandbox_root(work_dir, key, run_user, notes, wanted=sandbox_root)
             if python is None:
                 notes.append(
                     f"python functions cannot start: {run_user.name} cannot run {sys.executable} "
@@ -211,7 +238,7 @@ class Confinement:
                     python_blocked,
                 )
         else:
-            sandbox_root = work_dir / "sandboxes"
+            sandbox_root = sandbox_root or work_dir / "sandboxes"
         confinement = cls(
             sandbox_root=sandbox_root,
             run_user=run_user,
@@ -220,6 +247,8 @@ class Confinement:
             cpu_quota=cpu_quota,
             python=python,
             python_blocked=python_blocked if python is None else None,
+            seccomp=unit_filter,
+            seccomp_state=seccomp_state,
         )
         if not confinement.no_new_privs:
             notes.append("no_new_privs not set: libc not found")
@@ -229,25 +258,29 @@ class Confinement:
         return confinement
 
     @staticmethod
-    def _sandbox_root(work_dir: Path, key: str, run_user: RunUser, notes: list[str]) -> Path:
-        """Beside the work dir where the run user can reach it (HOME and TMPDIR are absolute
-        paths), else under /var/lib/edgeplane; never inside the agent's own (0700) work dir."""
+    def _sandbox_root(
+        work_dir: Path, key: str, run_user: RunUser, notes: list[str], *, wanted: Path | None = None
+    ) -> Path:
+        """``wanted`` (the ``sandbox_root`` option), else beside the work dir, where the run user
+        can reach it (HOME and TMPDIR are absolute paths), else under /var/lib/edgeplane; never
+        inside the agent's own (0700) work dir."""
         assert run_user.uid is not None
-        beside = work_dir.with_name(work_dir.name + ".sandboxes")
+        first = wanted or work_dir.with_name(work_dir.name + ".sandboxes")
         # Units run with a private gid: only what the run user owns or anyone may reach counts.
-        why = blocked_at(work_dir.parent, uid=run_user.uid, gids=set())
+        with contextlib.suppress(OSError):
+            _make_reachable(first.parent)
+        why = blocked_at(first.parent, uid=run_user.uid, gids=set())
         if why is None:
-            return beside
+            return first
         fallback = SANDBOX_FALLBACK / key
         try:
-            SANDBOX_FALLBACK.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            SANDBOX_FALLBACK.mkdir(mode=0o711, exist_ok=True)
+            _make_reachable(SANDBOX_FALLBACK)
             if blocked_at(SANDBOX_FALLBACK, uid=run_user.uid, gids=set()) is None:
                 return fallback
         except OSError:
             pass
-        notes.append(f"work dirs in {beside} are reachable only as the current directory ({why})")
-        return beside
+        notes.append(f"work dirs in {first} are reachable only as the current directory ({why})")
+        return first
 
     # -- per unit --------------------------------------------------------------------------------
 
@@ -315,6 +348,7 @@ class Confinement:
             gid=sandbox.gid if self.run_user.drops else None,
             parent_pid=os.getpid(),
             no_new_privs=self.no_new_privs,
+            seccomp=self.seccomp.load if self.seccomp is not None else None,
         )
 
     async def stop(self, sandbox: Sandbox, process: asyncio.subprocess.Process, *, grace_s: float) -> None:

@@ -4,7 +4,10 @@ Each placement is one subprocess in its own session, confined (:mod:`edge_agent.
 clean environment, the unprivileged run user, a work dir of its own as current directory and
 ``HOME``, and cgroups of its own, so a stop, a timeout or the end of the main process kills every
 process it started. Its output goes to ``<work_dir>/logs/<placement>.log``. Limits applied where
-the OS allows: memory through ``RLIMIT_AS``; CPU through a cgroup quota where the node allows one
+the OS allows: memory through ``RLIMIT_AS``; the work dir's size through a watch that measures it
+every ``storage_interval_s`` and kills the placement over its ``ephemeral_storage`` (Failed,
+``ephemeral_storage_exceeded``, not restarted: the work dir it filled is kept across restarts);
+CPU through a cgroup quota where the node allows one
 (:mod:`edge_agent.cgroups`: cgroup v1, or a delegated cgroup v2 directory); the number of
 processes through ``pids.max`` (``RunningPlacement.limits`` says which applied); the process dies
 with the agent (``PR_SET_PDEATHSIG``) and its leftovers are killed at the agent's next start.
@@ -45,6 +48,7 @@ from edge_agent.load_profile import LoadSampler
 from edge_agent.placement_file import PlacementFile, SavedPlacement
 from edge_agent.placement_process import RunningPlacement, start_process
 from edge_agent.restarts import Backoff, RestartChoice, as_requested, wants_restart
+from edge_agent.work_dir_usage import exceeded_message, watch_work_dir
 
 __all__ = ["ProcessRunner", "RestartAdvisor", "RunningPlacement"]
 
@@ -91,6 +95,7 @@ class ProcessRunner:
         cpu_limiter: CpuLimiter | None = None,
         confinement: Confinement | None = None,
         load: LoadSampler | None = None,
+        storage_interval_s: float = 1.0,
     ) -> None:
         self.work_dir = work_dir
         self.logs = work_dir / "logs"
@@ -109,6 +114,7 @@ class ProcessRunner:
         self.confinement = confinement or Confinement.unconfined(work_dir)
         # The node's load during each run, for the Succeeded report's observation (None: none).
         self.load = load
+        self.storage_interval_s = storage_interval_s
 
     def running_ids(self) -> list[str]:
         return [pid for pid, p in self.placements.items() if p.state.state == "Running"]
@@ -280,8 +286,34 @@ class ProcessRunner:
         await self.confinement.kill(entry.sandbox, process)
         return False
 
+    async def _guard_storage(self, entry: RunningPlacement) -> None:
+        """Kill the placement (every process of its cgroup) once its work dir is over its limit."""
+        assert entry.sandbox is not None
+        limit = entry.spec.ephemeral_storage
+        usage = await watch_work_dir(entry.sandbox.home, limit, interval_s=self.storage_interval_s)
+        entry.storage_exceeded = exceeded_message(usage, limit)
+        log.warning("placement %s killed: %s", entry.state.placement_id, entry.storage_exceeded)
+        entry.wake.set()  # also ends a restart back-off
+        if entry.process is not None and entry.sandbox is not None:
+            await self.confinement.kill(entry.sandbox, entry.process)
+
     async def _supervise(self, entry: RunningPlacement) -> None:
         """Watch the process; restart it while the restart policy (and the local policy) say so."""
+        guard = asyncio.create_task(self._guard_storage(entry), name=f"storage-{entry.state.placement_id}")
+        try:
+            await self._supervise_runs(entry)
+        finally:
+            guard.cancel()
+            await asyncio.gather(guard, return_exceptions=True)
+        state = entry.state
+        state.finished_at = time.time()
+        self._release(entry)
+        self.on_change(state)
+        self._trim()
+        self._persist()
+
+    async def _supervise_runs(self, entry: RunningPlacement) -> None:
+        """Run the process until it ends for good (its final state set), restarting it as asked."""
         spec, state = entry.spec, entry.state
         deadline = time.monotonic() + spec.timeout_s if spec.timeout_s else None
         while True:
@@ -320,7 +352,7 @@ class ProcessRunner:
                 state.exit_code, state.message = error or (126, "could not restart")
                 state.state = "Failed"
                 break
-            if entry.stop_requested:  # stopped while the new process was being started
+            if entry.stop_requested or entry.storage_exceeded:  # ended while it was being started
                 await self._kill(entry)
                 continue
             state.exit_code = None
@@ -328,17 +360,15 @@ class ProcessRunner:
             log.info("placement %s restarted (%s)", state.placement_id, state.message)
             self.on_change(state)
             self._persist()
-        state.finished_at = time.time()
-        self._release(entry)
-        self.on_change(state)
-        self._trim()
-        self._persist()
 
     @staticmethod
     def _ended_early(entry: RunningPlacement, timed_out: bool) -> bool:
-        """A stop on request or the placement's deadline ends it; True (state set) when one did."""
+        """Its work dir over the limit, a stop on request or the placement's deadline ends it; True
+        (state set) when one did."""
         state = entry.state
-        if entry.stop_requested:
+        if entry.storage_exceeded:
+            state.state, state.message = "Failed", entry.storage_exceeded
+        elif entry.stop_requested:
             state.state, state.message = "Cancelled", "stopped on request"
         elif timed_out:
             state.state, state.message = "Failed", f"timed out after {entry.spec.timeout_s:g}s"

@@ -37,6 +37,8 @@ class RunningPlacement:
     memory: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     sandbox: Sandbox | None = None  # its work dir and cgroups, kept across restarts
+    # Set (the Failed message) when the work dir grew over the spec's ephemeral_storage.
+    storage_exceeded: str = ""
 
 
 async def start_process(

@@ -31,6 +31,7 @@ from edge_agent.executor import ProcessRunner
 from edge_agent.hub_link import HubLink
 from edge_agent.outbox import DurableOutbox
 from edge_agent.telemetry import GpuReader, SystemReader
+from edge_agent.work_dir_usage import free_bytes
 
 __all__ = ["Registration"]
 
@@ -103,6 +104,8 @@ class Registration:
                 memory=self.config.memory or sample.memory_total_bytes,
                 gpus=gpus,
                 dpu=self.config.dpu,
+                # What units may write: the free space where their work dirs live.
+                ephemeral_storage=free_bytes(self.confinement.sandbox_root),
             ),
             heartbeat_interval_s=self.config.heartbeat_interval_s,
             labels=self.config.labels,

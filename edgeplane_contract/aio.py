@@ -5,7 +5,8 @@ just as that inner wait completes is swallowed (CPython gh-86296, fixed in 3.12)
 loop that sleeps with ``wait_for(event.wait(), timeout)`` then never ends: a hub whose stop awaited
 its reconcile loop hung for good under load. ``wait_set`` waits in the caller's own task
 (``asyncio.timeout``), so a cancel always lands; ``stop_task`` cancels again if one was swallowed
-anyway, and gives up (logged) after a bound instead of hanging its caller.
+anyway, and gives up (logged) after a bound instead of hanging its caller. ``log_failure`` is the
+done-callback of tasks nobody awaits: their exceptions are logged, never dropped.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 log = logging.getLogger("edgeplane.aio")
@@ -54,3 +56,29 @@ async def stop_task(
         with contextlib.suppress(BaseException):
             task.exception()
     return True
+
+
+# A background task's failure is logged with its traceback at most this often per task name; the
+# ones in between are counted into the next line (a failing loop must not flood the log).
+_FAILURE_LOG_EVERY_S = 60.0
+_failures_logged: dict[str, tuple[float, int]] = {}
+
+
+def log_failure(task: asyncio.Task[Any]) -> None:
+    """A done-callback for a task nobody awaits: its exception is logged (rate-limited per task
+    name) instead of "Task exception was never retrieved" at garbage collection, or nothing."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is None:
+        return
+    coro = task.get_coro()
+    name = getattr(coro, "__qualname__", None) or task.get_name()
+    now = time.monotonic()
+    last, skipped = _failures_logged.get(name, (float("-inf"), 0))
+    if now - last < _FAILURE_LOG_EVERY_S:
+        _failures_logged[name] = (last, skipped + 1)
+        return
+    _failures_logged[name] = (now, 0)
+    more = f" ({skipped} more failure(s) of it since the last line)" if skipped else ""
+    log.error("background task %s failed%s", name, more, exc_info=exc)

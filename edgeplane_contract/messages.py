@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from edgeplane_contract.codec import SCHEMA_VERSION, MessageError, decode, encode, parse
+from edgeplane_contract.resources import DEFAULT_EPHEMERAL_STORAGE
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -160,6 +161,9 @@ class NodeResources:
     memory: int
     gpus: list[GpuTelemetry] = field(default_factory=list)
     dpu: int = 0
+    # Bytes units may write: the free space of the file system holding the agent's sandboxes at
+    # registration. 0 (agents older than the field): not reported, the scheduler does not count it.
+    ephemeral_storage: int = 0
 
 
 @dataclass(slots=True)
@@ -255,6 +259,9 @@ class RunSpec:
     restart_policy: str = "never"
     max_restarts: int = 5
     offer: OfferSpec | None = None
+    # Bytes the work dir may hold; over it the agent kills the placement (Failed,
+    # ``ephemeral_storage_exceeded``). Run commands from older hubs get the default limit.
+    ephemeral_storage: int = DEFAULT_EPHEMERAL_STORAGE
 
 
 @dataclass(slots=True)
@@ -273,6 +280,8 @@ class FunctionCode:
     cpu: float = 0.1
     timeout_s: float = 30.0
     max_concurrency: int = 1
+    # Bytes an instance's work dir may hold; over it the agent stops the instance.
+    ephemeral_storage: int = DEFAULT_EPHEMERAL_STORAGE
 
 
 @dataclass(slots=True)

@@ -1,7 +1,9 @@
 """Resource quantities: parsing of CPU and memory strings, and the request a workload makes.
 
 CPU is a float number of cores ("500m" = 0.5). Memory is an int number of bytes; strings use
-Kubernetes suffixes (Ki, Mi, Gi, Ti, and the decimal k, M, G, T).
+Kubernetes suffixes (Ki, Mi, Gi, Ti, and the decimal k, M, G, T). Ephemeral storage (the bytes a
+unit may write to its work dir) is a memory-like quantity: both the request the scheduler counts
+and the limit the agent enforces, :data:`DEFAULT_EPHEMERAL_STORAGE` when a spec names none.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from edgeplane_contract.errors import ValidationError
 
 __all__ = [
+    "DEFAULT_EPHEMERAL_STORAGE",
     "MIG_PROFILES",
     "NODE_TYPES",
     "ResourceRequest",
@@ -33,6 +36,11 @@ _MEMORY_SUFFIX = {
     "Ti": 2**40,
 }
 _MEMORY_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|[kKMGT])?\s*$")
+
+# What a workload's replica or a function's instance may write to its work dir when its spec does
+# not say (Kubernetes' ephemeral-storage, request and limit in one): stated once, here. Without a
+# default one unit could fill the node's disk.
+DEFAULT_EPHEMERAL_STORAGE = 2**30
 
 # The kinds of node, in the order the scheduler's node table and the power model index them.
 NODE_TYPES = ("cpu", "gpu", "dpu", "edge")
@@ -107,6 +115,7 @@ class ResourceRequest:
     gpu: int = 0
     mig: list[str] = field(default_factory=list)
     dpu: int = 0
+    ephemeral_storage: int = DEFAULT_EPHEMERAL_STORAGE
 
     @classmethod
     def parse(cls, body: object, *, prefix: str = "resources") -> ResourceRequest:
@@ -114,7 +123,7 @@ class ResourceRequest:
             return cls()
         if not isinstance(body, dict):
             raise ValidationError("must be an object", field=prefix)
-        unknown = set(body) - {"cpu", "memory", "gpu", "mig", "dpu"}
+        unknown = set(body) - {"cpu", "memory", "gpu", "mig", "dpu", "ephemeral_storage"}
         if unknown:
             raise ValidationError(
                 f"unknown key {sorted(unknown)[0]!r}", field=f"{prefix}.{sorted(unknown)[0]}"
@@ -124,6 +133,10 @@ class ResourceRequest:
             req.cpu = parse_cpu(body["cpu"], field_name=f"{prefix}.cpu")
         if "memory" in body:
             req.memory = parse_memory(body["memory"], field_name=f"{prefix}.memory")
+        if "ephemeral_storage" in body:
+            req.ephemeral_storage = parse_memory(
+                body["ephemeral_storage"], field_name=f"{prefix}.ephemeral_storage"
+            )
         for key in ("gpu", "dpu"):
             if key in body:
                 value = body[key]

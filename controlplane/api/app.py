@@ -19,6 +19,7 @@ from controlplane.api.auth import (
 )
 from controlplane.api.errors import error_middleware
 from controlplane.api.functions import routes as function_routes
+from controlplane.api.idempotency import caller_key
 from controlplane.api.keys import HUB
 from controlplane.api.logs import routes as log_routes
 from controlplane.api.metrics import routes as metrics_routes
@@ -67,7 +68,9 @@ routes = web.RouteTableDef()
 async def healthz(request: web.Request) -> web.Response:
     hub = request.app[HUB]
     try:
-        db_ok = await hub.store.ping()
+        # Reads alone would say ok on a full disk: the store also has to take a write (its last
+        # write did not fail, or a small probe write works again).
+        db_ok = await hub.store.ping() and await hub.store.writable()
     except Exception:
         db_ok = False
     nats_ok = hub.bus.connected
@@ -146,7 +149,7 @@ async def create_workload(request: web.Request) -> web.Response:
     hub = request.app[HUB]
     spec = WorkloadSpec.parse(await json_body(request))
     check_clusters(hub.federation, spec.affinity.clusters)
-    key = IDEMPOTENCY_KEY.parse(request)
+    key = caller_key(request, IDEMPOTENCY_KEY)  # scoped to the caller: never another's workload
     workload_id, created = await hub.create_workload(spec, idempotency_key=key)
     found = await hub.store.get_workload(workload_id)
     assert found is not None
@@ -229,7 +232,8 @@ async def interference(request: web.Request) -> web.Response:
 def create_app(
     hub: Hub, *, auth: AuthSettings | None = None, nats_authority: NatsAuthority | None = None
 ) -> web.Application:
-    """The API application for a started (or starting) hub; every route but /healthz needs a token."""
+    """The API application for a started (or starting) hub; every route but the public ones
+    (``auth.PUBLIC_ROUTES``, listed in docs/security.md) needs a token."""
     auth = auth or AuthSettings()
     app = web.Application(
         middlewares=[access_middleware, error_middleware, auth_middleware], client_max_size=MAX_BODY

@@ -14,6 +14,7 @@ Two middlewares:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from controlplane.api import console
+from controlplane.api.errors import CLIENT_CLOSED_REQUEST, client_gone
 from controlplane.auth.tokens import Principal
 from controlplane.errors import (
     ForbiddenError,
@@ -40,6 +42,7 @@ __all__ = [
     "RateLimiter",
     "access_middleware",
     "auth_middleware",
+    "authenticate",
     "principal_of",
     "required_scope",
 ]
@@ -166,20 +169,28 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
             _take(request, f"join:{request.remote}", "join attempts from this address")
         _check_body_type(request)
         return await handler(request)
+    await authenticate(request, required_scope(request.method, request.path))
+    _check_body_type(request)
+    return await handler(request)
+
+
+async def authenticate(request: web.Request, scope: str) -> Principal:
+    """The caller of ``request``, whose bearer token must grant ``scope`` (401, 429, 403); kept as
+    the request's principal (the audit names it). The middleware calls it for every non-public
+    route; a public route's privileged variant (``POST /v1/join`` with ``replace``) calls it
+    itself."""
     token = _bearer(request)
     principal = await request.app[IDENTITIES].authenticate(token)
     if principal is None:
         raise UnauthorizedError("token unknown, expired or revoked")
     request[PRINCIPAL] = principal
     _take(request, principal.token_id, f"token {principal.name!r}")
-    scope = required_scope(request.method, request.path)
     if not principal.allows(scope):
         raise ForbiddenError(
             f"token {principal.name!r} lacks scope {scope!r} for {request.method} {request.path}",
             field="Authorization",
         )
-    _check_body_type(request)
-    return await handler(request)
+    return principal
 
 
 @web.middleware
@@ -188,10 +199,16 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     status = 500
     try:
         response = await handler(request)
-        status = response.status
+        # A client that left before its answer could be written: logged as such, not as served.
+        status = CLIENT_CLOSED_REQUEST if client_gone(request) else response.status
         return response
     except web.HTTPException as exc:
         status = exc.status
+        raise
+    except asyncio.CancelledError:
+        # aiohttp cancels the handler of a client that went away (handler_cancellation), and so
+        # does a stopping server: the request was not answered, never an error of its own.
+        status = CLIENT_CLOSED_REQUEST
         raise
     finally:
         elapsed_ms = (time.perf_counter() - started) * 1000

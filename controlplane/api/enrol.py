@@ -3,8 +3,11 @@
 ``POST /v1/join`` needs no bearer token: its credential is the single-use join token in the body
 (``controlplane agent-token create``). The agent sends the public key of an nkey it made itself;
 the hub records it, has the NATS server admit it (:class:`NatsAuthority`), and answers where and
-how to connect. ``DELETE /v1/nodes/{name}`` (scope ``nodes``) revokes a node's key: the server
-then drops its connection and refuses it.
+how to connect. A join token enrols only a name that has no active credentials (409 otherwise,
+the token unused, the refusal an event): re-keying a live node is an admin's act, ``controlplane
+node rekey`` or a join with ``"replace": true`` and a bearer token with the ``admin`` scope.
+``DELETE /v1/nodes/{name}`` (scope ``nodes``) revokes a node's key: the server then drops its
+connection and refuses it.
 """
 
 from __future__ import annotations
@@ -19,18 +22,28 @@ from aiohttp import web
 from edgeplane_contract.aio import stop_task
 from edgeplane_contract.messages import valid_token
 
-from controlplane.api.auth import IDENTITIES
+from controlplane.api.auth import IDENTITIES, authenticate
 from controlplane.api.keys import HUB
 from controlplane.api.request import json_body
 from controlplane.api.views import JoinReply, Node, Revoked, RevokedNode, RevokedUnknownNode, to_json
+from controlplane.auth.tokens import Principal
 from controlplane.bus.authority import NatsAuthority
 from controlplane.bus.nats_auth import valid_public_key
-from controlplane.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
-from controlplane.store.identities import JoinRefused
+from controlplane.errors import (
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    UnauthorizedError,
+    ValidationError,
+)
+from controlplane.observe.ratelimited_log import RateLimitedLog
+from controlplane.store.identities import JoinRefused, NodeAlreadyEnrolled
 
 __all__ = ["JOIN_REQUEST_SCHEMA", "NATS_AUTHORITY", "routes", "setup"]
 
 log = logging.getLogger("edgeplane.api.enrol")
+# Refused joins: one line per node name per minute at most (a valid token's an event all the same).
+JOIN_REFUSALS_LOG = web.AppKey("join_refusals_log", RateLimitedLog)
 
 NATS_AUTHORITY = web.AppKey("nats_authority", NatsAuthority)
 # How often the server's user list is compared with the store (credentials the CLI made).
@@ -42,6 +55,7 @@ routes = web.RouteTableDef()
 def setup(app: web.Application, authority: NatsAuthority | None) -> None:
     """Add the routes; with an authority, keep the NATS server in step with the store."""
     app.add_routes(routes)
+    app[JOIN_REFUSALS_LOG] = RateLimitedLog(log, interval_s=60.0)
     if authority is None:
         return
     app[NATS_AUTHORITY] = authority
@@ -67,6 +81,10 @@ JOIN_REQUEST_SCHEMA: dict[str, Any] = {
         "node": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,63}$"},
         "cluster": {"type": "string", "minLength": 1, "description": "must be the token's cluster"},
         "public_key": {"type": "string", "pattern": "^U[A-Z2-7]{55}$", "description": "nkey user key"},
+        "replace": {
+            "type": "boolean",
+            "description": "replace the key of an enrolled node: needs a bearer token with scope admin",
+        },
     },
     "required": ["token", "node", "public_key"],
 }
@@ -101,14 +119,20 @@ async def join(request: web.Request) -> web.Response:
         raise ValidationError(f"unknown cluster {cluster!r}", field="cluster")
     if not valid_public_key(public_key):
         raise ValidationError("must be an nkey user public key (U...)", field="public_key")
+    replace = body.get("replace", False)
+    if not isinstance(replace, bool):
+        raise ValidationError("must be a boolean", field="replace")
+    replaced_by = (await _admin(request)).name if replace else None
     identities = request.app[IDENTITIES]
     try:
         enrolled = await identities.redeem_join_token(
-            token, node=node, public_key=public_key, cluster=cluster
+            token, node=node, public_key=public_key, cluster=cluster, replaced_by=replaced_by
         )
     except JoinRefused as exc:
-        log.warning("join of node %s refused: %s", node, exc)
-        raise ForbiddenError(str(exc), field="token") from None
+        await _refused(request, node, exc)
+        if isinstance(exc, NodeAlreadyEnrolled):
+            raise ConflictError(str(exc), field=exc.field) from None
+        raise ForbiddenError(str(exc), field=exc.field) from None
     if authority.federation.cluster(enrolled) is None:
         # The token outlived its cluster (the federation file changed): undo the enrolment.
         await identities.revoke_node(node)
@@ -128,6 +152,33 @@ async def join(request: web.Request) -> web.Response:
         inbox_prefix=authority.inbox_prefix(enrolled, node),
     )
     return web.json_response(to_json(reply), status=201)
+
+
+async def _admin(request: web.Request) -> Principal:
+    """The admin a replace needs, authenticated here since the route is public. Any failure is
+    403 (field ``Authorization``): the join itself needs no bearer token, the replace is what is
+    refused (the document keeps 401 for routes that need a token)."""
+    try:
+        return await authenticate(request, "admin")
+    except UnauthorizedError as exc:
+        raise ForbiddenError(
+            f"replace needs 'Authorization: Bearer <token>' with the admin scope: {exc}",
+            field="Authorization",
+        ) from None
+
+
+async def _refused(request: web.Request, node: str, exc: JoinRefused) -> None:
+    """Log a refused join (at a bounded rate per name); a valid token's refusal is an event."""
+    request.app[JOIN_REFUSALS_LOG].log(
+        ("join", node),
+        "join of node %(node)s from %(remote)s refused: %(reason)s",
+        "refused %(count)d more joins of node %(node)s in the last %(interval)s s: %(reason)s",
+        node=node,
+        remote=request.remote or "?",
+        reason=str(exc),
+    )
+    if exc.token_id is not None:
+        await request.app[IDENTITIES].record_join_refused(node, str(exc), token_id=exc.token_id)
 
 
 @routes.delete("/v1/nodes/{name}")

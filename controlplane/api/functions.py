@@ -7,6 +7,7 @@ import json
 from aiohttp import web
 
 from controlplane.api.auth import principal_of
+from controlplane.api.idempotency import caller_key
 from controlplane.api.keys import HUB
 from controlplane.api.params import ASYNC, INVOKE_IDEMPOTENCY_KEY, VERSION
 from controlplane.api.redact import redact
@@ -73,7 +74,7 @@ async def invoke_function(request: web.Request) -> web.Response:
     version = VERSION.parse(request)
     functions.resolve(name, version)
     event = await json_body(request, optional=True)
-    key = INVOKE_IDEMPOTENCY_KEY.parse(request)
+    key = caller_key(request, INVOKE_IDEMPOTENCY_KEY)  # scoped: never another caller's result
     if ASYNC.parse(request):
         invocation_id, created = await functions.invoke_async(
             name, event, version=version, idempotency_key=key

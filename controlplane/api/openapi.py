@@ -140,7 +140,8 @@ _PATHS: dict[str, Any] = {
             "summary": "Enrol a node with a single-use join token (`controlplane agent-token create`)",
             "description": "The join token in the body is the credential: no bearer token. The node "
             "sends the public key of an nkey it made; the hub admits it on NATS and answers where "
-            "and how to connect.",
+            "and how to connect. A name that is enrolled is refused (409; the token stays unused) "
+            'unless `"replace": true` comes with a bearer token with the `admin` scope.',
             "requestBody": {
                 "required": True,
                 "content": {"application/json": {"schema": _ref("JoinRequest")}},
@@ -148,8 +149,16 @@ _PATHS: dict[str, Any] = {
             "responses": {
                 "201": _json(_model(views.JoinReply), "Enrolled"),
                 "400": _ERROR,
-                "403": _json(_ref("Error"), "Join token unknown, used, expired or for another cluster"),
-                "409": _json(_ref("Error"), "This hub's NATS server takes anonymous clients"),
+                "403": _json(
+                    _ref("Error"),
+                    "Join token unknown, used, expired, for another cluster or bound to another "
+                    "node; a replace without a bearer token with the admin scope",
+                ),
+                "409": _json(
+                    _ref("Error"),
+                    "The node is enrolled (an admin re-keys it), or this hub's NATS server takes "
+                    "anonymous clients",
+                ),
                 "413": _json(_ref("Error"), "The request body is larger than 1 MiB"),
                 "415": _json(_ref("Error"), "The request body is not application/json"),
                 "422": _ERROR,
@@ -371,6 +380,14 @@ _AUTH_RESPONSES = {
             "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
         },
     },
+    # Every authenticated request reads the store (its token): a store that is away or cannot
+    # write (database down, disk full) is a 503 with Retry-After, never a 500.
+    "503": {
+        **_json(_ref("Error"), "The store is unavailable (code `unavailable`); retry after Retry-After"),
+        "headers": {
+            "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
+        },
+    },
 }
 _BODY_RESPONSES = {
     "413": _json(_ref("Error"), "The request body is larger than 1 MiB"),
@@ -386,7 +403,8 @@ def operation_scope(method: str, path: str) -> str | None:
 
 
 def _secured(path: str, method: str, operation: dict[str, Any]) -> dict[str, Any]:
-    """The operation with what authentication adds: its scope, and the 401/403/429 (413/415) answers."""
+    """The operation with what authentication adds: its scope, and the 401/403/429/503 (413/415)
+    answers."""
     operation = copy.deepcopy(operation)
     scope = operation_scope(method, path)
     if scope is None:

@@ -1,7 +1,8 @@
 """The hub's side of NATS: connections per cluster, subscriptions, commands with acks.
 
 Clusters whose federation entry names no ``nats_url`` share the hub's default connection.
-A malformed message is counted (``malformed``), logged and dropped; the hub keeps running.
+A malformed message is counted (``malformed``), logged (at a bounded rate per node) and dropped;
+the hub keeps running.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from edgeplane_contract.transport import DEFAULT_MAX_PAYLOAD, connect_nats
 
 from controlplane.bus.nats_auth import agent_inbox_prefix
 from controlplane.federation.config import FederationConfig
+from controlplane.observe.ratelimited_log import RateLimitedLog
 
 __all__ = ["HubBus", "MessageTooLargeError"]
 
@@ -92,6 +94,9 @@ class HubBus:
         self._check_reply_inbox = check_reply_inbox
         self.malformed: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()  # well-formed but refused (see reject())
+        # Every refusal is counted; the log gets the first per (node, kind), then one summary
+        # line per interval: one agent key sending garbage must not flood the hub's log.
+        self.refusals_log = RateLimitedLog(log, interval_s=10.0)
         # Per connection: since when it has been up without a break (None: down now).
         self._up_since: dict[str, float | None] = {}
         self.started_at = 0.0
@@ -249,13 +254,28 @@ class HubBus:
 
     def _count_malformed(self, kind: str, node: str, exc: Exception) -> None:
         self.malformed[kind] += 1
-        log.warning("dropped malformed %s from %s: %s", kind, node or "?", exc)
+        self.refusals_log.log(
+            ("malformed", kind, node),
+            "dropped malformed %(kind)s from %(node)s: %(reason)s",
+            "dropped %(count)d more malformed %(kind)s from %(node)s in the last %(interval)s s: %(reason)s",
+            kind=kind,
+            node=node or "?",
+            reason=str(exc),
+        )
 
     def reject(self, kind: str, node: str, reason: str) -> None:
         """Count and log a well-formed message the hub refuses (an unenrolled node, a value out
-        of bounds); /healthz shows the counts as ``rejected_messages``."""
+        of bounds); /healthz shows the counts as ``rejected_messages``. Logged at a bounded rate
+        per (node, kind): the first, then one summary line per 10 s."""
         self.rejected[kind] += 1
-        log.warning("refused %s from %s: %s", kind, node or "?", reason)
+        self.refusals_log.log(
+            ("refused", kind, node),
+            "refused %(kind)s from %(node)s: %(reason)s",
+            "refused %(count)d more %(kind)s from %(node)s in the last %(interval)s s: %(reason)s",
+            kind=kind,
+            node=node or "?",
+            reason=reason,
+        )
 
     def _reply_outside_inbox(self, msg: Msg, kind: str, node: str) -> bool:
         """True (counted, logged) when a request's reply subject is not under its node's inbox."""

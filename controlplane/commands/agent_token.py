@@ -1,8 +1,9 @@
-"""``controlplane agent-token create --cluster C [--ttl 1h]``: a single-use join token for one node.
+"""``controlplane agent-token create --cluster C [--node N] [--ttl 1h]``: a single-use join token.
 
 Works on the store directly (like ``controlplane token``), beside a running hub. The token is
-printed once; the store keeps its hash. On the node: ``edge-agent run --join TOKEN --hub URL
---name N``.
+printed once; the store keeps its hash. It enrols a name that is not enrolled (a live node's key
+is replaced only by ``controlplane node rekey``); with ``--node`` it enrols that name only. On the
+node: ``edge-agent run --join TOKEN --hub URL --name N``.
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     verbs.required = True
     create = verbs.add_parser("create", help="create a join token and print it once")
     create.add_argument("--cluster", help="the cluster the node joins (default: the federation's default)")
+    create.add_argument("--node", help="the only node name the token may enrol (default: any not enrolled)")
     create.add_argument("--ttl", default=DEFAULT_TTL, help=f"lifetime, e.g. 10m, 1h (default {DEFAULT_TTL})")
     add_store_arguments(parser, create)
 
 
 def run(args: argparse.Namespace) -> int:
+    from edgeplane_contract.messages import valid_token
+
     from controlplane.auth.tokens import parse_ttl
     from controlplane.errors import ConfigError
 
@@ -45,6 +49,12 @@ def run(args: argparse.Namespace) -> int:
     if ttl is None:
         print("controlplane agent-token: --ttl: join tokens always expire", file=sys.stderr)
         return 2
+    if args.node is not None and not valid_token(args.node):
+        print(
+            f"controlplane agent-token: --node: must match [A-Za-z0-9_-]{{1,63}}, got {args.node!r}",
+            file=sys.stderr,
+        )
+        return 2
     return asyncio.run(_create(args, cluster, ttl))
 
 
@@ -54,14 +64,16 @@ async def _create(args: argparse.Namespace, cluster: str, ttl: float) -> int:
 
     store = await Store.open(database_url(args))
     try:
-        new = await IdentityStore(store).create_join_token(cluster, ttl)
+        new = await IdentityStore(store).create_join_token(cluster, ttl, node=args.node)
     finally:
         await store.close()
     expiry = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(new.expires_at or 0))
     print(new.token)
+    name = args.node or "NODE"
+    bound = f", node {args.node} only" if args.node else ""
     print(
-        f"# single use, cluster {cluster}, expires {expiry}; on the node: "
-        "edge-agent run --join TOKEN --hub HUB_URL --name NODE",
+        f"# single use, cluster {cluster}{bound}, expires {expiry}; on the node: "
+        f"edge-agent run --join TOKEN --hub HUB_URL --name {name}",
         file=sys.stderr,
     )
     return 0

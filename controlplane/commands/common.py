@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edgeplane_contract.logfmt import configure_logging
 from edgeplane_contract.urls import mask_url
 
 from controlplane.errors import ConfigError
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from controlplane.bus.authority import NatsAuthority
     from controlplane.hub.service import HubSettings
     from controlplane.natsd import NatsServer
+    from controlplane.store.secrets import EnvCipher
     from controlplane.store.store import Store
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "chosen_cluster",
     "database_url",
     "ensure_admin_token",
+    "env_cipher",
     "federation_from",
     "hub_settings",
     "mask_url",
@@ -121,6 +124,12 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         help="the hub's nkey seed file for NATS (env EDGEPLANE_NATS_SEED_FILE; "
         "default with the embedded server: <data-dir>/hub.nkey, made on first start)",
     )
+    parser.add_argument(
+        "--secrets-key",
+        default=os.environ.get("EDGEPLANE_SECRETS_KEY_FILE"),
+        help="key file that workloads' and functions' env values are encrypted with at rest "
+        "(env EDGEPLANE_SECRETS_KEY_FILE; default <data-dir>/secrets.key, made on first start)",
+    )
     parser.add_argument("--nats-ca", help="CA file to verify a tls:// NATS server")
     parser.add_argument("--nats-cert", help="client certificate (PEM) for NATS")
     parser.add_argument("--nats-key", help="the private key (PEM) of --nats-cert")
@@ -156,13 +165,22 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    """The hub's log: one line per record, no secret in it (edgeplane_contract/logfmt.py)."""
+    configure_logging(level)
     # Alembic says every plugin and migration step at INFO; the store logs one line instead.
     if logging.getLogger().level > logging.DEBUG:
         logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def env_cipher(args: argparse.Namespace, data_dir: Path) -> EnvCipher:
+    """The key ``env`` values are sealed with at rest: ``--secrets-key`` (which must exist), else
+    ``<data-dir>/secrets.key`` (made on first start); ConfigError when unusable."""
+    from controlplane.commands.data_dir import SECRETS_KEY_FILE
+    from controlplane.store.secrets import load_env_cipher
+
+    if args.secrets_key:
+        return load_env_cipher(Path(args.secrets_key), create=False)
+    return load_env_cipher(data_dir / SECRETS_KEY_FILE)
 
 
 def database_url(args: argparse.Namespace) -> str:

@@ -17,16 +17,19 @@ from controlplane.commands.common import (
     check_function_policy,
     database_url,
     ensure_admin_token,
+    env_cipher,
     federation_from,
     hub_settings,
     mask_url,
     nats_setup,
     setup_logging,
 )
+from controlplane.commands.data_dir import private_data_dir
 
 if TYPE_CHECKING:
     from controlplane.api.auth import AuthSettings
     from controlplane.extender.settings import ExtenderSettings
+    from controlplane.store.secrets import EnvCipher
 
 __all__ = ["configure", "run"]
 
@@ -46,7 +49,10 @@ def run(args: argparse.Namespace) -> int:
         auth = api_auth(args)
         ssl_context = api_ssl_context(args)
         extender = extender_settings(args)
-        nats = nats_setup(args, Path(args.data_dir), federation)
+        # Private before anything is written there: umask 077, old files' modes fixed.
+        data_dir = private_data_dir(Path(args.data_dir))
+        cipher = env_cipher(args, data_dir)
+        nats = nats_setup(args, data_dir, federation)
     except ConfigError as exc:
         print(f"controlplane: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -55,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from controlplane.errors import StartupError
 
     try:
-        return asyncio.run(_serve(args, federation, auth, ssl_context, nats, extender))
+        return asyncio.run(_serve(args, federation, auth, ssl_context, nats, extender, cipher))
     except (NatsUnavailableError, StartupError) as exc:  # NATS, the store or the port: one line
         print(f"controlplane: {exc}", file=sys.stderr)
         return 1
@@ -68,6 +74,7 @@ async def _serve(
     ssl_context: ssl.SSLContext | None,
     nats: NatsSetup,
     extender: ExtenderSettings | None,
+    cipher: EnvCipher,
 ) -> int:
     from controlplane.federation.config import FederationConfig
     from controlplane.hub.runner import start_hub, wait_for_signal
@@ -86,6 +93,7 @@ async def _serve(
             ssl_context=ssl_context,
             nats_authority=nats.authority,
             extender=extender,
+            env_cipher=cipher,
         )
         if nats.authority is not None:  # nodes enrolled before this start
             await nats.authority.apply(running.hub.identities.node_credentials)

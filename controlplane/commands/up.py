@@ -5,8 +5,8 @@ in ``--data-dir``, and ``--agents N`` local ``edge-agent`` processes; prints the
 stops everything (agents first, so their work is stopped cleanly).
 
 The embedded server admits the hub and enrolled nodes only: each local agent enrols with a join
-token of its own (``--join``), unless its work dir already holds credentials the store still
-knows.
+token of its own (``--join-file``: a 0600 file the agent removes once joined, never the command
+line), unless its work dir already holds credentials the store still knows.
 """
 
 from __future__ import annotations
@@ -29,17 +29,20 @@ from controlplane.commands.common import (
     check_function_policy,
     database_url,
     ensure_admin_token,
+    env_cipher,
     federation_from,
     hub_settings,
     mask_url,
     nats_setup,
     setup_logging,
 )
+from controlplane.commands.data_dir import private_data_dir, sandboxes_dir
 
 if TYPE_CHECKING:
     from controlplane.api.auth import AuthSettings
     from controlplane.extender.settings import ExtenderSettings
     from controlplane.store.identities import IdentityStore
+    from controlplane.store.secrets import EnvCipher
 
 __all__ = ["configure", "run"]
 
@@ -72,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
         auth = api_auth(args)
         ssl_context = api_ssl_context(args)
         extender = extender_settings(args)
-        data_dir = Path(args.data_dir)
-        data_dir.mkdir(parents=True, exist_ok=True)
+        # Private before anything is written there: umask 077 (the agents inherit it), old files'
+        # modes fixed; the agents' units get their work dirs beside it (_agent_command).
+        data_dir = private_data_dir(Path(args.data_dir))
+        cipher = env_cipher(args, data_dir)
         _check_agent_options(args)
         nats = nats_setup(args, data_dir, federation)
     except ConfigError as exc:
@@ -84,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from controlplane.errors import StartupError
 
     try:
-        return asyncio.run(_up(args, federation, auth, ssl_context, nats, extender))
+        return asyncio.run(_up(args, federation, auth, ssl_context, nats, extender, cipher))
     except (NatsUnavailableError, StartupError) as exc:  # NATS, the store or the port: one line
         print(f"controlplane up: {exc}", file=sys.stderr)
         return 1
@@ -109,7 +114,8 @@ async def _enrolment(
     args: argparse.Namespace, identities: IdentityStore, cluster: str, name: str, work_dir: Path, api: str
 ) -> list[str]:
     """The agent's identity arguments: none when its work dir holds credentials the store still
-    knows (it reuses them), else a fresh join token (stale credentials are removed first)."""
+    knows (it reuses them), else a fresh join token bound to its name (stale credentials are
+    removed first, from the work dir and the store)."""
     from edgeplane_contract.enrolment import CREDENTIALS_FILE, load_credentials
 
     from controlplane.errors import ConfigError
@@ -128,11 +134,28 @@ async def _enrolment(
         except ConfigError:
             pass
         stored.unlink()  # revoked, from another store, or unreadable: enrol again
-    token = await identities.create_join_token(cluster, 600.0)
-    command = ["--join", token.token, "--hub", api]
+    if await identities.node_credential(name) is not None:
+        # The store's key for this name is not the one in its work dir (lost, or from another
+        # run): up, the admin of its own agents, revokes it, as a join may not replace a live key.
+        await identities.revoke_node(name)
+    # Bound to this agent's name: the token enrols nothing else, wherever it is read.
+    token = await identities.create_join_token(cluster, 600.0, node=name)
+    command = ["--join-file", str(_write_join_file(work_dir, token.token)), "--hub", api]
     if args.tls_cert:
         command += ["--hub-ca", args.tls_cert]
     return command
+
+
+def _write_join_file(work_dir: Path, token: str) -> Path:
+    """The agent's join token in a 0600 file of its work dir, which the agent removes once it has
+    joined: on its command line the token would be readable by every process in ``/proc``."""
+    work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = work_dir / "join.token"
+    path.unlink(missing_ok=True)  # O_EXCL below: never write through a link left there
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(token + "\n")
+    return path
 
 
 def agent_share(agents: int) -> tuple[str, str]:
@@ -172,6 +195,9 @@ def _agent_command(
         str(args.heartbeat_interval),
         "--work-dir",
         str(data_dir / "agents" / name),
+        # Units' work dirs outside the private data dir: the run user needs no path through it.
+        "--sandbox-root",
+        str(sandboxes_dir(data_dir) / name),
         "--log-level",
         args.log_level,
     ]
@@ -194,6 +220,7 @@ async def _up(
     ssl_context: ssl.SSLContext | None,
     nats: NatsSetup,
     extender: ExtenderSettings | None,
+    cipher: EnvCipher,
 ) -> int:
     from controlplane.commands.supervise import LocalAgent, supervise
     from controlplane.federation.config import FederationConfig
@@ -217,6 +244,7 @@ async def _up(
             ssl_context=ssl_context,
             nats_authority=nats.authority,
             extender=extender,
+            env_cipher=cipher,
         )
         if nats.authority is not None:  # nodes enrolled at an earlier start connect again
             await nats.authority.apply(running.hub.identities.node_credentials)

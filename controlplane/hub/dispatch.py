@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from edgeplane_contract.aio import log_failure
 from edgeplane_contract.messages import CommandAckV1, CommandV1
 
 from controlplane.bus.hub_bus import HubBus, MessageTooLargeError
@@ -22,8 +25,14 @@ from controlplane.hub.nodes import NodeLive
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.store import queries
 from controlplane.store.models import PlacementRow, WorkloadRow
+from controlplane.store.store import Store
 
 __all__ = ["AckEffect", "Dispatcher", "Sent", "ack_effect"]
+
+log = logging.getLogger("edgeplane.hub")
+
+# Stale copies already told of (log line and event), by placement id: each once, a bounded memory.
+_STALE_NOTED_KEPT = 10_000
 
 
 class AckEffect(enum.Enum):
@@ -59,12 +68,22 @@ class Sent:
 class Dispatcher:
     """Sends the hub's commands to agents; remembers when each was last sent."""
 
-    def __init__(self, bus: HubBus, nodes: Mapping[str, NodeLive], *, resend_after_s: float) -> None:
+    def __init__(
+        self,
+        bus: HubBus,
+        nodes: Mapping[str, NodeLive],
+        *,
+        resend_after_s: float,
+        store: Store | None = None,
+    ) -> None:
+        """``store``: where a stopped stale copy is recorded (a ``StaleCopyStopped`` event)."""
         self.bus = bus
         self.nodes = nodes
         self.resend_after_s = resend_after_s
+        self.store = store
         self._last_sent: dict[str, float] = {}
         self._background: set[asyncio.Task[object]] = set()
+        self._stale_noted: OrderedDict[str, None] = OrderedDict()
 
     def _due(self, key: str, now: float, every_s: float) -> bool:
         return now - self._last_sent.get(key, -1e9) >= every_s
@@ -134,9 +153,53 @@ class Dispatcher:
         command = CommandV1(
             command_id=uuid.uuid4().hex, kind="stop", placement_id=placement_id, workload_id=workload_id
         )
-        task = asyncio.create_task(self.bus.send_command(live.cluster, node, command))
+        task = asyncio.create_task(self._stop_stale_copy(live.cluster, node, command))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        task.add_done_callback(log_failure)  # fire and forget: a failure is logged, not lost
+
+    async def _stop_stale_copy(self, cluster: str, node: str, command: CommandV1) -> None:
+        """Send one stop of a stale copy; once its node says it stopped it, say so once (an INFO
+        line and a ``StaleCopyStopped`` event): a copy stopped after a long partition is visible."""
+        try:
+            answer = await self.bus.send_command(cluster, node, command)
+        except Exception as exc:  # fire and forget: the next heartbeat that lists it sends again
+            log.debug("stop of stale copy %s on %s not sent: %s", command.placement_id, node, exc)
+            return
+        if (
+            ack_effect(command, answer) is not AckEffect.STOP_ACKED
+            or command.placement_id in self._stale_noted
+        ):
+            return  # no answer, refused, or the node no longer had it (nothing was stopped)
+        self._stale_noted[command.placement_id] = None
+        if len(self._stale_noted) > _STALE_NOTED_KEPT:
+            self._stale_noted.popitem(last=False)
+        if self.store is None:
+            log.info(
+                "stopped a stale copy of placement %s on node %s: the hub no longer wants it there",
+                command.placement_id, node,
+            )  # fmt: skip
+            return
+        try:
+            async with self.store.session() as s:
+                # A heartbeat names only the placement: its workload is in the store.
+                row = await s.get(PlacementRow, command.placement_id)
+                workload = command.workload_id or (row.workload_id if row is not None else "?")
+                log.info(
+                    "stopped a stale copy of placement %s (workload %s) on node %s: the hub no "
+                    "longer wants it there",
+                    command.placement_id, workload, node,
+                )  # fmt: skip
+                Store.add_event(
+                    s,
+                    "StaleCopyStopped",
+                    "placement",
+                    command.placement_id,
+                    f"stale copy on node {node} stopped (workload {workload}): the hub no longer wants it",
+                    {"node": node, "workload_id": workload},
+                )
+        except Exception as exc:  # the copy is stopped; a failed record is logged, not raised
+            log.warning("could not record the stop of stale copy %s: %s", command.placement_id, exc)
 
     def background(self) -> list[asyncio.Task[object]]:
         return list(self._background)

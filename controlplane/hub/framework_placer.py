@@ -64,6 +64,7 @@ class FrameworkPlacer:
             memory=node.memory,
             gpus=gpus,
             dpus=node.dpu,
+            ephemeral_storage=node.ephemeral_storage,
             node_type=node_type,
             power_source=node.power_source,
             battery_percent=node.battery_percent,
@@ -123,6 +124,7 @@ class FrameworkPlacer:
                 cpu=spec.resources.cpu,
                 memory=spec.resources.memory,
                 gpus=tuple(int(i) for i in assignment.get("gpu_indices", [])),
+                ephemeral_storage=spec.resources.ephemeral_storage,
             )
         request = spec.request(workload_id)
         self.scheduler.reserve_existing(
@@ -140,13 +142,19 @@ class FrameworkPlacer:
             "gpus": len(state.gpus_allocated),
             "mig": [m.to_dict() for m in state.mig_allocated],
             "dpu": len(state.dpus_allocated),
+            "ephemeral_storage": state.ephemeral_storage_allocated,
         }
 
     def capacity(self, node: str) -> dict[str, Any]:
         known = self.nodes.get(node)
         if known is None:
             return {}
-        return {"cpu": known.cpu, "memory": known.memory, "gpus": known.gpus}
+        return {
+            "cpu": known.cpu,
+            "memory": known.memory,
+            "gpus": known.gpus,
+            "ephemeral_storage": known.ephemeral_storage,
+        }
 
     def function_nodes(self, request: WorkloadRequest) -> Feasibility:
         return self.scheduler.feasible_nodes(request, FUNCTION_PROFILE)

@@ -1,7 +1,8 @@
 """Node leases as pure rules: who is silent, whether it looks like a partition, how long work is held.
 
 "The node is gone" and "I can't hear anyone" differ: silence only counts while the hub's own NATS
-connection for the node's cluster is up, and from when it came back. When a large share of a
+connection for the node's cluster is up, and from when it came back (or from when the hub itself
+woke from a stall of its own loop, ``hub.stall``). When a large share of a
 cluster goes silent at once it is a partition (Kubernetes' zone-disruption rule): the nodes go
 NotReady but their work is held for the cluster's autonomy window; a single silent node's work is
 held for the cluster's eviction grace. The hub applies these rules (``hub.service``);
@@ -16,10 +17,24 @@ from dataclasses import dataclass, field
 from controlplane.federation.config import ClusterConfig
 from controlplane.hub.nodes import NodeLive
 
-__all__ = ["LeaseScan", "PartitionFinding", "hold_for", "hold_over", "partitions", "scan_leases"]
+__all__ = [
+    "STALL_SHARE",
+    "LeaseScan",
+    "PartitionFinding",
+    "hearing_after",
+    "hold_for",
+    "hold_over",
+    "partitions",
+    "scan_leases",
+    "stall_matters",
+]
 
 # When the hub began hearing a cluster's bus (None: its connection is down now).
 HearingSince = Callable[[str], float | None]
+
+# A stall of the hub's own loop longer than this share of the shortest lease gives every node a
+# fresh lease: the silence it caused is the hub's, not the nodes'.
+STALL_SHARE = 0.5
 
 
 @dataclass(slots=True)
@@ -97,3 +112,21 @@ def hold_over(live: NodeLive, now: float, hearing_since: HearingSince) -> bool:
     if since is None:
         return False
     return now - max(live.last_seen, since) > live.lease_s + live.hold_s
+
+
+def stall_matters(stall_s: float, nodes: Iterable[NodeLive]) -> bool:
+    """True when the hub's own stall of ``stall_s`` could make a node look silent: longer than
+    ``STALL_SHARE`` of the shortest lease of the nodes it judges (Ready or held)."""
+    leases = [n.lease_s for n in nodes if n.status == "Ready" or n.held]
+    return bool(leases) and stall_s > STALL_SHARE * min(leases)
+
+
+def hearing_after(hearing_since: HearingSince, resumed_at: float) -> HearingSince:
+    """``hearing_since``, but never earlier than ``resumed_at`` (when the hub came back from a stall
+    of its own): silence counts from there, as from a reconnect."""
+
+    def since(cluster: str) -> float | None:
+        heard = hearing_since(cluster)
+        return None if heard is None else max(heard, resumed_at)
+
+    return since

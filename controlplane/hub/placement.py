@@ -28,6 +28,7 @@ class PlacementNode:
     gpus: int = 0
     gpu_memory_bytes: list[int] = field(default_factory=list)
     dpu: int = 0
+    ephemeral_storage: int = 0  # bytes; 0: not reported (not counted)
     labels: dict[str, str] = field(default_factory=dict)
     ready: bool = True
     node_type: str = "edge"

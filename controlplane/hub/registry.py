@@ -21,13 +21,23 @@ from controlplane.bus.hub_bus import HubBus
 from controlplane.federation.config import FederationConfig
 from controlplane.hub.nodes import NodeLive
 from controlplane.hub.placement import PlacementNode
-from controlplane.hub.registration import RegistrationLimits, registration_problem
+from controlplane.hub.registration import (
+    Capacity,
+    RegistrationLimits,
+    RegistrationProblem,
+    Rule,
+    identity_problem,
+    registration_problem,
+)
 from controlplane.store import queries
 from controlplane.store.identities import IdentityStore
 from controlplane.store.models import ClusterRow, NodeRow
 from controlplane.store.store import Store
 
 __all__ = ["NodeRegistry", "placement_node"]
+
+# At most one RegistrationRefused event per node and rule in this many seconds.
+REFUSAL_EVENT_EVERY_S = 60.0
 
 
 class NodeRegistry:
@@ -50,6 +60,8 @@ class NodeRegistry:
         self.limits = limits
         self.require_enrolment = require_enrolment
         self.nodes: dict[str, NodeLive] = {}
+        # (node, rule) -> when its last RegistrationRefused event was written (enrolled nodes only).
+        self._refusal_events: dict[tuple[str, str], float] = {}
 
     async def load(self, s: AsyncSession) -> list[NodeRow]:
         """Known clusters and nodes from the store; a restarted hub gives every known node one
@@ -81,13 +93,14 @@ class NodeRegistry:
 
     async def refusal(self, node_name: str, msg: RegisterV1) -> str | None:
         """Why a registration is refused (None: admitted so far): a subject that names another
-        node, an unknown cluster, an implausible message, a node without credentials."""
+        node, an unknown cluster, an implausible message, a node without credentials, a claim its
+        identity does not admit (hub/registration.py: identity_problem)."""
         if msg.node != node_name or not valid_token(node_name):
             return "node name does not match subject"
         if self.federation.cluster(msg.cluster) is None:
             known = ", ".join(c.name for c in self.federation.clusters)
             return f"unknown cluster {msg.cluster!r} (known: {known})"
-        problem = registration_problem(msg, self.limits, check_telemetry=self.require_enrolment)
+        problem = registration_problem(msg, self.limits)
         if problem is not None:
             return str(problem)
         if self.require_enrolment:
@@ -98,7 +111,44 @@ class NodeRegistry:
                 return (
                     f"node {node_name!r} is enrolled in cluster {credential.cluster!r}, not {msg.cluster!r}"
                 )
+            problem = await self._identity_problem(node_name, msg, credential.capacity)
+            if problem is not None:
+                await self._refusal_event(node_name, problem)
+                return str(problem)
         return None
+
+    async def _identity_problem(
+        self, node_name: str, msg: RegisterV1, recorded: dict[str, Any] | None
+    ) -> RegistrationProblem | None:
+        """What the node's identity does not admit of ``msg``; its first admitted claim with its
+        key is recorded as the bound of the later ones."""
+        enrolled = None if recorded is None else Capacity.of(recorded)
+        problem = identity_problem(msg, self.limits, enrolled=enrolled)
+        if problem is not None or enrolled is not None:
+            return problem
+        bound = await self.identities.bind_capacity(node_name, Capacity.claimed(msg.resources).as_dict())
+        if bound is None:  # revoked meanwhile
+            return RegistrationProblem("node", "credentials revoked", Rule.BOUNDS)
+        # Another registration may have recorded its claim first: this one is checked against it.
+        return identity_problem(msg, self.limits, enrolled=Capacity.of(bound))
+
+    async def _refusal_event(self, node_name: str, problem: RegistrationProblem) -> None:
+        """``RegistrationRefused`` with the rule, at most one per node and rule a minute (a node
+        retries its registration every few seconds; the bus counts every refusal)."""
+        key = (node_name, problem.rule)
+        now = time.monotonic()
+        if now - self._refusal_events.get(key, -REFUSAL_EVENT_EVERY_S) < REFUSAL_EVENT_EVERY_S:
+            return
+        self._refusal_events[key] = now
+        async with self.identities.store.session() as s:
+            Store.add_event(
+                s,
+                "RegistrationRefused",
+                "node",
+                node_name,
+                str(problem),
+                {"rule": problem.rule, "field": problem.field, "reason": problem.reason},
+            )
 
     def name_taken(self, row: NodeRow | None, msg: RegisterV1) -> str | None:
         """A Ready node of another cluster already has this name (None: free)."""
@@ -138,6 +188,7 @@ class NodeRegistry:
             "memory": msg.resources.memory,
             "gpus": [asdict(g) for g in msg.resources.gpus],
             "dpu": msg.resources.dpu,
+            "ephemeral_storage": msg.resources.ephemeral_storage,
         }
         row.telemetry = telemetry
         row.power_source = power_source
@@ -228,6 +279,7 @@ def placement_node(row: NodeRow, federation: FederationConfig) -> PlacementNode:
         gpus=len(gpus),
         gpu_memory_bytes=[int(g.get("memory_total_bytes", 0)) for g in gpus],
         dpu=int(resources.get("dpu", 0)),
+        ephemeral_storage=int(resources.get("ephemeral_storage", 0)),
         labels=dict(row.labels or {}),
         ready=row.status == "Ready",
         node_type=row.node_type,

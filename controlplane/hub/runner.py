@@ -29,6 +29,7 @@ from controlplane.scheduling.instrument import FrameworkRecorder
 from controlplane.scheduling.profiles import Profile
 from controlplane.scheduling.scheduler import Scheduler
 from controlplane.serverless.service import FunctionService, ServerlessSettings
+from controlplane.store.secrets import EnvCipher
 from controlplane.store.store import Store
 
 __all__ = ["RunningHub", "build_hub", "make_placer", "start_hub"]
@@ -97,12 +98,14 @@ async def start_hub(
     ssl_context: ssl.SSLContext | None = None,
     nats_authority: NatsAuthority | None = None,
     extender: ExtenderSettings | None = None,
+    env_cipher: EnvCipher | None = None,
 ) -> RunningHub:
     """Open the store, start the hub, serve its API. ``nats_authority``: enrolment is possible
     (``POST /v1/join``) and the NATS server's user list follows the store's node credentials.
-    ``extender``: also serve the Kubernetes scheduler extender on its own listener."""
+    ``extender``: also serve the Kubernetes scheduler extender on its own listener.
+    ``env_cipher``: seal workloads' and functions' ``env`` values at rest (store/secrets.py)."""
     try:
-        store = await Store.open(database_url)
+        store = await Store.open(database_url, env_cipher=env_cipher)
     except Exception as exc:  # a bad URL, an unreachable server, a failed migration
         raise StartupError(f"cannot open the store at {mask_url(database_url)}: {_reason(exc)}") from exc
     hub = hub_factory(settings, store)

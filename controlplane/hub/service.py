@@ -34,16 +34,24 @@ from edgeplane_contract.messages import (
 from edgeplane_contract.transport import PAYLOAD_MARGIN
 
 from controlplane.bus.hub_bus import HubBus
-from controlplane.errors import NotFoundError, ValidationError
+from controlplane.errors import NotFoundError, StoreUnavailableError, ValidationError
 from controlplane.hub.dispatch import Dispatcher, Sent
 from controlplane.hub.learning import InterferenceLearning
-from controlplane.hub.leases import hold_for, hold_over, partitions, scan_leases
+from controlplane.hub.leases import (
+    hearing_after,
+    hold_for,
+    hold_over,
+    partitions,
+    scan_leases,
+    stall_matters,
+)
 from controlplane.hub.nodes import NodeLive
 from controlplane.hub.placement import Placer
 from controlplane.hub.placing import PlacementRound
 from controlplane.hub.registry import NodeRegistry, placement_node
 from controlplane.hub.settings import HubSettings, SeenIds
 from controlplane.hub.spec import WorkloadSpec
+from controlplane.hub.stall import LoopWatch
 from controlplane.hub.workloads import PlacementBook
 from controlplane.observe.hub import HubMetrics
 from controlplane.scheduling.model import Feasibility, WorkloadRequest
@@ -100,7 +108,7 @@ class Hub:
             require_enrolment=settings.require_enrolment,
         )
         self.nodes = self.registry.nodes  # what the API, the bid round and the functions read
-        self.dispatch = Dispatcher(bus, self.nodes, resend_after_s=settings.command_timeout_s)
+        self.dispatch = Dispatcher(bus, self.nodes, resend_after_s=settings.command_timeout_s, store=store)
         self._active: dict[str, tuple[str, int, str]] = {}  # placement id -> (workload, replica, node)
         # Runtime observations of successes -> the scheduler's interference estimate.
         self.learning = InterferenceLearning(placer, keep=settings.runtime_observations_kept)
@@ -122,6 +130,11 @@ class Hub:
         self._last_hello = 0.0
         self._deaf: set[str] = set()  # clusters whose NATS connection is down (leases held)
         self._partitions: set[str] = set()  # clusters in a partition (their silent nodes' work held)
+        # The hub's own stalls (SIGSTOP, a paused VM): silence counts from when it woke at the
+        # earliest, as from a reconnect (``hub.stall``).
+        self.loop_watch = LoopWatch()
+        self._watch_task: asyncio.Task[None] | None = None
+        self._resumed_at = float("-inf")
         self.started = False
         self.functions = functions(self)
         self.metrics.watch(self)
@@ -134,6 +147,7 @@ class Hub:
         await self.functions.start()
         await self.bus.start(self, connect_within_s=self.settings.nats_connect_within_s)
         self._task = asyncio.create_task(self._run(), name="hub-reconcile")
+        self._watch_task = asyncio.create_task(self.loop_watch.run(), name="hub-loop-watch")
         self.started = True
         log.info("hub %s started", self.settings.hub_id)
 
@@ -149,6 +163,9 @@ class Hub:
                 log.warning("reconcile loop still running %.0fs after the stop: cancelled", STOP_GRACE_S)
             await stop_task(self._task)
         self._task = None
+        if self._watch_task is not None:
+            await stop_task(self._watch_task)
+        self._watch_task = None
         for task in self.dispatch.background():
             await stop_task(task)
         await self.functions.stop()
@@ -186,13 +203,25 @@ class Hub:
         self._wake.set()
 
     async def _run(self) -> None:
+        store_away_since: float | None = None  # one line when the store goes, one when it is back
         while not self._stopping:
             try:
                 await self.reconcile_once()
             except asyncio.CancelledError:
                 raise
+            except StoreUnavailableError as exc:
+                if store_away_since is None:
+                    store_away_since = time.monotonic()
+                    log.warning("reconcile paused: %s; retried every round", exc)
             except Exception:
                 log.exception("reconcile failed; retrying")
+            else:
+                if store_away_since is not None:
+                    log.info(
+                        "the store is back after %.1fs: reconcile resumed",
+                        time.monotonic() - store_away_since,
+                    )
+                    store_away_since = None
             if self._stopping:
                 break
             await wait_set(self._wake, self.settings.reconcile_interval_s)
@@ -298,7 +327,9 @@ class Hub:
     async def create_workload(
         self, spec: WorkloadSpec, *, idempotency_key: str | None = None
     ) -> tuple[str, bool]:
-        """Store a new workload; with an idempotency key a retried POST returns the first one."""
+        """Store a new workload; with an idempotency key a retried POST returns the first one.
+
+        The key is the caller-scoped one (``api/idempotency.py``): callers never share one."""
         spec.check_fits(self.bus.max_payload - PAYLOAD_MARGIN)
         if idempotency_key and not _storable(idempotency_key):
             raise ValidationError("must be valid UTF-8", field="Idempotency-Key")
@@ -369,14 +400,16 @@ class Hub:
         """NotReady for nodes silent longer than their lease; their placements Lost, or held for
         a while (a partition, the eviction grace): the rules are in ``hub.leases``."""
         now = asyncio.get_running_loop().time()
-        scan = scan_leases(self.nodes.values(), now, self.bus.hearing_since)
+        await self._heed_own_stall()
+        hearing = hearing_after(self.bus.hearing_since, self._resumed_at)
+        scan = scan_leases(self.nodes.values(), now, hearing)
         for cluster in sorted(scan.deaf - self._deaf):
             log.warning("NATS connection for cluster %s is down: node leases held until it is back", cluster)
         for cluster in sorted(self._deaf - scan.deaf):
             log.info("NATS connection for cluster %s is back: every node gets a full lease", cluster)
         self._deaf = scan.deaf
         partitioned = self._note_partitions(scan.expired, now)
-        released = [n for n in self.nodes.values() if n.held and hold_over(n, now, self.bus.hearing_since)]
+        released = [n for n in self.nodes.values() if n.held and hold_over(n, now, hearing)]
         if not scan.expired and not released:
             return
         async with self.store.session() as s:
@@ -408,6 +441,25 @@ class Hub:
                 await self.book.lose_node(
                     s, live.name, f"silent beyond its lease and a hold of {live.hold_s:.0f}s"
                 )
+
+    async def _heed_own_stall(self) -> None:
+        """After a stall of the hub's own loop long enough to make nodes look silent, every node
+        gets a fresh lease from when the hub woke (``leases.stall_matters``): logged once, with a
+        ``HubStalled`` event, instead of blaming the nodes for the hub's deafness."""
+        stall_s, woke_at = self.loop_watch.take()
+        if not stall_matters(stall_s, self.nodes.values()):
+            return
+        self._resumed_at = woke_at  # before the store write: a failed write must not lose it
+        log.warning("the hub stalled for %.1fs; leases extended (its nodes were not silent, it was)", stall_s)
+        async with self.store.session() as s:
+            Store.add_event(
+                s,
+                "HubStalled",
+                "hub",
+                self.settings.hub_id,
+                f"the hub stalled for {stall_s:.1f}s; leases extended",
+                {"stalled_s": round(stall_s, 3)},
+            )
 
     def _note_partitions(self, expired: list[NodeLive], now: float) -> set[str]:
         """The clusters in a partition now (``leases.partitions``), each announced once."""

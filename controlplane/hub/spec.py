@@ -181,6 +181,7 @@ class WorkloadSpec(PlacementTerms):
             restart_policy=self.restart_policy,
             max_restarts=self.max_restarts,
             offer=self.offer(),
+            ephemeral_storage=self.resources.ephemeral_storage,
         )
 
     def check_fits(self, room: int) -> None:
@@ -350,6 +351,12 @@ RESOURCES = Model(
     (
         Field("cpu", CPU),
         Field("memory", memory_kind(1, "must be a positive amount of memory")),
+        Field(
+            "ephemeral_storage",
+            memory_kind(1, "must be a positive amount of storage"),
+            description="bytes the work dir may hold, counted by placement and enforced by the agent "
+            "(over it the replica fails with ephemeral_storage_exceeded); default 1Gi",
+        ),
         Field("gpu", Integer(0, 64)),
         Field("dpu", Integer(0, 64)),
         Field(

@@ -90,6 +90,7 @@ class Candidates:
     gpu_cols: list[tuple[int, ...]] = field(default_factory=list)
     mig: list[tuple[tuple[int, str, int], ...]] = field(default_factory=list)
     dpus: int = 0
+    ephemeral_storage: int = 0  # the request, the same on every node
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -108,7 +109,14 @@ class Candidates:
             used = int(table.dpu_used[row])
             free = [d for d in range(int(table.dpu_count[row])) if not used & (1 << d)]
             dpus = tuple(free[: self.dpus])
-        return Assignment(cpu=float(self.cpu[k]), memory=int(self.memory[k]), gpus=gpus, mig=mig, dpus=dpus)
+        return Assignment(
+            cpu=float(self.cpu[k]),
+            memory=int(self.memory[k]),
+            gpus=gpus,
+            mig=mig,
+            dpus=dpus,
+            ephemeral_storage=self.ephemeral_storage,
+        )
 
 
 # Request shapes whose static mask parts are kept at once (a fleet sees a handful of shapes).
@@ -132,6 +140,7 @@ class _StaticActions:
     mig_never: BoolArray | None
     mig_rows: IntArray | None
     dpu_never: BoolArray | None
+    eph_never: BoolArray | None  # None: no node reports ephemeral storage
 
 
 def _mig_ok(mig_gpu: BoolArray, profile: str, occ: IntArray, comp: IntArray) -> BoolArray:
@@ -182,7 +191,7 @@ class ActionSpace:
         shape in the table's ``static_cache`` (cleared when a node is added, changed or removed),
         so a cycle recomputes only what the last placements changed."""
         shapes: dict[tuple[object, ...], _StaticActions] = table.static_cache.setdefault("actions", {})
-        key = (res.cpu, res.memory, res.gpu, tuple(res.mig), res.dpu)
+        key = (res.cpu, res.memory, res.gpu, tuple(res.mig), res.dpu, res.ephemeral_storage)
         hit = shapes.get(key)
         if hit is not None:
             return hit
@@ -213,6 +222,9 @@ class ActionSpace:
         if res.dpu:
             acc_total *= _comb(table.dpu_count, res.dpu)
             dpu_never = _frozen(table.dpu_count < res.dpu)
+        eph_never = None
+        if res.ephemeral_storage and table.ephemeral_storage_counted():
+            eph_never = _frozen(res.ephemeral_storage > table.eph_cap)
         total = _frozen(
             (len(cfg.cpu_bins) * len(cfg.memory_bins) * np.maximum(acc_total, 1)).astype(np.int64)
         )
@@ -224,6 +236,7 @@ class ActionSpace:
             mig_never=mig_never,
             mig_rows=None if mig_gpus is None else _frozen(np.flatnonzero(mig_gpus > 0)),
             dpu_never=dpu_never,
+            eph_never=eph_never,
         )
         return hit
 
@@ -300,6 +313,18 @@ class ActionSpace:
                 Rejection(static.dpu_never, "node has too few DPUs", Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
             )
             rejections.append(Rejection(dpu_free < res.dpu, "Insufficient edgeplane.io/dpu"))
+        if static.eph_never is not None:
+            # Only where some node reports it (the live hub's agents do; the simulator's do not).
+            eph_ok = res.ephemeral_storage <= table.eph_cap - table.eph_alloc
+            feasible *= eph_ok
+            rejections.append(
+                Rejection(
+                    static.eph_never,
+                    "node has too little ephemeral storage",
+                    Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                )
+            )
+            rejections.append(Rejection(~eph_ok, "Insufficient ephemeral-storage"))
         return NodeActions(
             total=static.total,
             feasible=feasible.astype(np.int64),
@@ -343,7 +368,13 @@ class ActionSpace:
         gpu_units = np.zeros(n)
         frag = np.zeros(n)
         cand = Candidates(
-            rows=rows, cpu=cpu, memory=memory, gpu_units=gpu_units, frag_loss=frag, dpus=res.dpu
+            rows=rows,
+            cpu=cpu,
+            memory=memory,
+            gpu_units=gpu_units,
+            frag_loss=frag,
+            dpus=res.dpu,
+            ephemeral_storage=res.ephemeral_storage,
         )
         if res.gpu:
             free = table.has_gpu[rows] & ~table.mig_gpu[rows] & ~table.gpu_used[rows]

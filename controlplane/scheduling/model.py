@@ -77,11 +77,14 @@ class NodeState:
     node_type: str = "cpu"
     power_source: str = "mains"
     battery_percent: float | None = None
+    # Bytes units may write on the node; 0: not reported (the scheduler does not count it).
+    ephemeral_storage: int = 0
     cpu_allocated: float = 0.0
     memory_allocated: int = 0
     gpus_allocated: list[int] = field(default_factory=list)
     mig_allocated: list[MigSlice] = field(default_factory=list)
     dpus_allocated: list[int] = field(default_factory=list)
+    ephemeral_storage_allocated: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,11 +109,13 @@ class NodeState:
             "node_type": self.node_type,
             "power_source": self.power_source,
             "battery_percent": self.battery_percent,
+            "ephemeral_storage": self.ephemeral_storage,
             "cpu_allocated": self.cpu_allocated,
             "memory_allocated": self.memory_allocated,
             "gpus_allocated": list(self.gpus_allocated),
             "mig_allocated": [m.to_dict() for m in self.mig_allocated],
             "dpus_allocated": list(self.dpus_allocated),
+            "ephemeral_storage_allocated": self.ephemeral_storage_allocated,
         }
 
 
@@ -210,6 +215,7 @@ class Assignment:
     gpus: tuple[int, ...] = ()
     mig: tuple[MigSlice, ...] = ()
     dpus: tuple[int, ...] = ()
+    ephemeral_storage: int = 0  # bytes of the node's storage the replica's work dir may hold
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -218,6 +224,7 @@ class Assignment:
             "gpus": list(self.gpus),
             "mig": [m.to_dict() for m in self.mig],
             "dpus": list(self.dpus),
+            "ephemeral_storage": self.ephemeral_storage,
         }
 
     @classmethod
@@ -230,6 +237,8 @@ class Assignment:
                 MigSlice(int(m["gpu"]), str(m["profile"]), int(m["start"])) for m in body.get("mig", ())
             ),
             dpus=tuple(int(d) for d in body.get("dpus", ())),
+            # Placements stored before the field held none.
+            ephemeral_storage=int(body.get("ephemeral_storage", 0)),
         )
 
 

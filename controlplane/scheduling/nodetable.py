@@ -27,7 +27,7 @@ __all__ = ["ZONE_LABEL", "NodeTable"]
 # Zone (rack) label used for topology spread and locality; nodes without it form their own zone.
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
-_FLOAT_COLS = ("cpu_cap", "cpu_alloc", "mem_cap", "mem_alloc", "battery_pct")
+_FLOAT_COLS = ("cpu_cap", "cpu_alloc", "mem_cap", "mem_alloc", "eph_cap", "eph_alloc", "battery_pct")
 _INT_COLS = (
     "gpu_count",
     "dpu_count",
@@ -81,6 +81,10 @@ class NodeTable:
         self.cpu_alloc: FloatArray = np.zeros(0)
         self.mem_cap: FloatArray = np.zeros(0)
         self.mem_alloc: FloatArray = np.zeros(0)
+        # Ephemeral storage in bytes; a node that does not report it has infinite capacity (not
+        # counted), so fleets without the field (the simulator, older agents) decide as before.
+        self.eph_cap: FloatArray = np.zeros(0)
+        self.eph_alloc: FloatArray = np.zeros(0)
         self.battery_pct: FloatArray = np.zeros(0)
         # Sum of the contention sensitivities of a node's replicas, in thousandths (integers, so
         # an emptied node reads exactly zero again).
@@ -149,6 +153,7 @@ class NodeTable:
             self.states[row] = node
         self.cpu_cap[row] = float(node.cpu)
         self.mem_cap[row] = float(node.memory)
+        self.eph_cap[row] = float(node.ephemeral_storage) if node.ephemeral_storage > 0 else np.inf
         self.ready[row] = bool(node.ready)
         self.on_battery[row] = node.power_source == "battery"
         self.battery_pct[row] = float(node.battery_percent) if node.battery_percent is not None else np.nan
@@ -185,6 +190,7 @@ class NodeTable:
     def clear_allocations(self, row: int) -> None:
         self.cpu_alloc[row] = 0.0
         self.mem_alloc[row] = 0.0
+        self.eph_alloc[row] = 0.0
         self.gpu_used[row, :] = False
         self.mig_occ[row, :] = 0
         self.mig_comp[row, :] = 0
@@ -216,6 +222,8 @@ class NodeTable:
             return "Insufficient cpu"
         if self.mem_alloc[row] + a.memory > self.mem_cap[row] + eps:
             return "Insufficient memory"
+        if a.ephemeral_storage and self.eph_alloc[row] + a.ephemeral_storage > self.eph_cap[row]:
+            return "Insufficient ephemeral-storage"
         indices = sorted(g.index for g in self.states[row].gpus)
         for gpu in a.gpus:
             if gpu not in indices:
@@ -251,10 +259,12 @@ class NodeTable:
         """Add (sign=+1) or remove (sign=-1) an assignment's resources on a row."""
         self.cpu_alloc[row] += sign * a.cpu
         self.mem_alloc[row] += sign * a.memory
+        self.eph_alloc[row] += sign * a.ephemeral_storage
         if sign < 0:
             # Float sums drift; an empty node must read exactly zero.
             self.cpu_alloc[row] = max(0.0, float(self.cpu_alloc[row]))
             self.mem_alloc[row] = max(0.0, float(self.mem_alloc[row]))
+            self.eph_alloc[row] = max(0.0, float(self.eph_alloc[row]))
         indices = sorted(g.index for g in self.states[row].gpus)
         for gpu in a.gpus:
             self.gpu_used[row, indices.index(gpu)] = sign > 0
@@ -298,6 +308,14 @@ class NodeTable:
                 mask[row] = True
         return mask
 
+    def ephemeral_storage_counted(self) -> bool:
+        """True when some node reports its ephemeral storage (else the filter has nothing to do);
+        kept with the node facts, so a cycle pays one dict lookup."""
+        counted = self.static_cache.get("ephemeral_storage_counted")
+        if counted is None:
+            counted = self.static_cache["ephemeral_storage_counted"] = bool(np.isfinite(self.eph_cap).any())
+        return bool(counted)
+
     def free_whole_gpus(self) -> IntArray:
         """Per node: GPUs that are not in MIG mode and not allocated."""
         free = self.has_gpu & ~self.mig_gpu & ~self.gpu_used
@@ -326,6 +344,8 @@ class NodeTable:
             "cpu_allocated": float(self.cpu_alloc[row]),
             "memory": int(self.mem_cap[row]),
             "memory_allocated": int(self.mem_alloc[row]),
+            "ephemeral_storage": int(self.eph_cap[row]) if np.isfinite(self.eph_cap[row]) else 0,
+            "ephemeral_storage_allocated": int(self.eph_alloc[row]),
             "gpus_free": int(self.free_whole_gpus()[row]),
             "mig_occupancy": [
                 f"{int(x):08b}" for x, m in zip(self.mig_occ[row], self.mig_gpu[row], strict=True) if m

@@ -252,6 +252,7 @@ class Scheduler:
             gpus_allocated=sorted(g for a in allocs for g in a.assignment.gpus),
             mig_allocated=[s for a in allocs for s in a.assignment.mig],
             dpus_allocated=sorted(d for a in allocs for d in a.assignment.dpus),
+            ephemeral_storage_allocated=int(self.nodes.eph_alloc[row]),
         )
 
     def observe_link(

@@ -52,6 +52,7 @@ class InvocationHistory:
         self.max_pending = max_pending
         self.expire_every_s = expire_every_s
         self._pending: dict[str, InvocationRow] = {}
+        self._failing = False  # the last flush failed (logged once until one succeeds)
 
     def add(self, outcome: InvocationOutcome, started_at: float) -> None:
         """Keep a finished synchronous invocation (written at the next flush)."""
@@ -88,8 +89,14 @@ class InvocationHistory:
             async with self.hub.store.session() as s:
                 s.add_all(rows)
         except Exception as exc:  # the store is away: keep them for the next flush (bounded by add)
-            log.warning("%d invocation record(s) not written yet: %s", len(rows), exc)
+            if not self._failing:  # once per outage, not every flush
+                log.warning("%d invocation record(s) not written yet: %s", len(rows), exc)
+            self._failing = True
             self._pending = {**{r.id: r for r in rows}, **self._pending}
+        else:
+            if self._failing:
+                log.info("invocation records written again (%d waited)", len(rows))
+            self._failing = False
 
     async def expire(self, now: float | None = None) -> int:
         """Delete finished invocations older than the retention; how many went."""

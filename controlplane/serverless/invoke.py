@@ -4,7 +4,10 @@ The router (:mod:`controlplane.serverless.router`) picks a node and whether to u
 wait for a busy one or cold-start. An agent that has no subscriber (it is gone) is skipped and the
 invocation tried once elsewhere; an agent that dies mid-invocation ends it with ``agent_lost`` (not
 retried: it may have had effects). Every request has a deadline. An answer that does not come (lost
-with a connection, or the node fell silent) is asked of the node before the invocation fails.
+with a connection, or the node fell silent) is asked of the node before the invocation fails. One
+that finds no node right after the hub's connection came back (or the hub started) waits for the
+nodes not heard since (``REREGISTER_LEASES``); one a node handed to no worker (``not_started``)
+is tried on the other nodes.
 """
 
 from __future__ import annotations
@@ -42,16 +45,22 @@ from controlplane.serverless.settings import ServerlessSettings
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.serverless.warmth import Spawn, Warmth
 
-__all__ = ["COLD_START_BUDGET_S", "RECONNECT_WAIT_S", "Invoker"]
+__all__ = ["COLD_START_BUDGET_S", "RECONNECT_WAIT_S", "REREGISTER_LEASES", "Invoker"]
 
 log = logging.getLogger("edgeplane.hub.functions")
 
+# An agent's answer for an invocation it handed to no worker: it ran nowhere, so it may go elsewhere.
+NOT_STARTED = "not_started"
 # Error codes of invocations whose handler ran to its end: their timings are the function's own.
 _RAN_TO_THE_END = ("function_error", "bad_result", "result_too_large")
 # Time allowed on top of a function's timeout for a cold start and the network.
 COLD_START_BUDGET_S = 30.0
 # How long an invocation waits for the hub's NATS connection to come back before it is sent.
 RECONNECT_WAIT_S = 15.0
+# For this many of its leases after the hub's connection to a node's cluster came back (or the hub
+# started), a node not heard since may still be on its way back: an invocation that finds no
+# capacity waits for it (within RECONNECT_WAIT_S and its budget) instead of failing at once.
+REREGISTER_LEASES = 3.0
 
 
 class Invoker:
@@ -108,18 +117,31 @@ class Invoker:
                 self._spawn(self.warmth.prewarm(successor, reason="call graph"))
         tried: set[str] = set()
         outcome: InvocationOutcome | None = None
-        for _attempt in range(3):
-            decision = route(
-                self.warmth.options(spec, tried),
-                exec_ms=self.estimates.exec_ms(name),
-                weights=self.settings.energy,
-            )
-            if decision is None:
+        not_started: InvocationOutcome | None = None
+        wait_until = now + min(spec.timeout_s + COLD_START_BUDGET_S, RECONNECT_WAIT_S)
+        for _round in range(100):  # bounded: each further round follows a node heard again
+            for _attempt in range(3):
+                decision = route(
+                    self.warmth.options(spec, tried),
+                    exec_ms=self.estimates.exec_ms(name),
+                    weights=self.settings.energy,
+                )
+                if decision is None:
+                    break
+                tried.add(decision.node)
+                outcome = await self._dispatch(spec, decision, event, invocation_id, begin, now)
+                if outcome is not None and (outcome.error or {}).get("code") == NOT_STARTED:
+                    # Its node handed it to no worker (it ran nowhere): another node may run it.
+                    self.counters["not_started_retried"] += 1
+                    not_started, outcome = outcome, None
+                    continue
+                if outcome is not None:
+                    break
+            if outcome is not None or not await self._wait_for_returning_nodes(wait_until):
                 break
-            tried.add(decision.node)
-            outcome = await self._dispatch(spec, decision, event, invocation_id, begin, now)
-            if outcome is not None:
-                break
+            # Nothing ran: a node skipped (no responder) did not get the invocation; ask it again.
+            tried.clear()
+        outcome = outcome or not_started
         if outcome is None:
             why = "" if tried else self.warmth.unplaceable(spec)
             outcome = InvocationOutcome(
@@ -270,6 +292,33 @@ class Invoker:
             live = self.hub.nodes.get(node)
             if live is not None and live.boot_id != boot_id and live.status == "Ready":
                 return
+
+    def _returning_nodes(self, now: float) -> set[str]:
+        """Nodes that may be on their way back: Ready (or held) but not heard since the hub's
+        connection to their cluster came back or the hub started, within ``REREGISTER_LEASES`` of
+        their lease since then; and those of a cluster the hub cannot hear now."""
+        returning = set()
+        for name, live in self.hub.nodes.items():
+            if live.status != "Ready" and not live.held:
+                continue
+            since = self.hub.bus.hearing_since(live.cluster)
+            if since is None or (live.last_seen < since and now - since < REREGISTER_LEASES * live.lease_s):
+                returning.add(name)
+        return returning
+
+    async def _wait_for_returning_nodes(self, until: float) -> bool:
+        """With no capacity now: wait (until ``until``, loop time) while nodes may be on their way
+        back after a reconnect or a hub start (``_returning_nodes``). True as soon as one is heard
+        again or its grace ends (route again); False when none is returning or time is up."""
+        loop = asyncio.get_running_loop()
+        waiting = self._returning_nodes(loop.time())
+        if waiting:
+            self.counters["waited_for_reregistration"] += 1
+        while waiting and loop.time() < until:
+            await asyncio.sleep(0.1)
+            if waiting - self._returning_nodes(loop.time()):
+                return True
+        return False
 
     async def _wait_connected(self, cluster: str, within_s: float) -> None:
         """Until the hub's NATS connection for ``cluster`` is up, at most ``within_s`` seconds."""

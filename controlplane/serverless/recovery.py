@@ -51,13 +51,16 @@ async def recover_invocations(
     grace_s: float = 10.0,
     poll_s: float = 0.5,
     margin_s: float = 10.0,
+    unknown_reason: str = "the hub restarted during the invocation, and no node knows it",
 ) -> None:
     """Resolve ``pending`` by asking the nodes; returns when every one is finished or failed.
 
     ``nodes()``: the (cluster, node) pairs to ask now; ``subject_of(cluster, node)``: their query
     subject; ``request(cluster, subject, payload)``: the reply bytes (raises when nobody answers);
     ``finish(id, node, result)`` and ``fail(id, reason)`` record the outcome. Unknown everywhere
-    after ``grace_s``: failed. Seen running: waited for until its timeout plus ``margin_s``.
+    after ``grace_s``: failed (``unknown_reason``). Seen running: waited for until its timeout plus
+    ``margin_s``. (Also used by the sweep of invocations whose outcome a store outage kept from
+    being recorded: :meth:`~controlplane.serverless.records.InvocationRecords.sweep`.)
     """
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -96,5 +99,5 @@ async def recover_invocations(
                     await fail(invocation_id, "the invocation did not finish within its timeout")
             elif now - started > grace_s:
                 waiting.pop(invocation_id)
-                await fail(invocation_id, "the hub restarted during the invocation, and no node knows it")
+                await fail(invocation_id, unknown_reason)
     log.info("invocations in flight when the previous hub ended: resolved in %.1fs", loop.time() - started)

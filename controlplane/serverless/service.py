@@ -15,7 +15,8 @@
   (shorter on battery-powered nodes) and, when it predicts the next arrival is far, lets the
   instance go and pre-warms one shortly before that arrival.
 * :mod:`~controlplane.serverless.records`: Idempotency-Keys and asynchronous invocations in the
-  store, and what becomes of them after a hub restart.
+  store, what becomes of them after a hub restart, and a sweep that writes what a store outage
+  kept from being written.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from edgeplane_contract.aio import stop_task
+from edgeplane_contract.aio import log_failure, stop_task
 from edgeplane_contract.messages import FunctionCode, FunctionInstance, PrewarmAckV1
 
 from controlplane.hub.nodes import FunctionHost
@@ -106,6 +107,7 @@ class FunctionService:
 
     async def start(self) -> None:
         self._spawn(self.history.loop())
+        self._spawn(self.records.sweep_loop())
         async with self.hub.store.session() as s:
             await self.registry.load(s)
             in_flight, functions = await self.records.resume(s)
@@ -126,6 +128,7 @@ class FunctionService:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(log_failure)  # nobody awaits it: its exception must not go unseen
         return task
 
     # --- what agents tell us --------------------------------------------------------------

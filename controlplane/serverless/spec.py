@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from edgeplane_contract.messages import FunctionCode, InvokeV1, encode
-from edgeplane_contract.resources import MIG_PROFILES, ResourceRequest
+from edgeplane_contract.resources import DEFAULT_EPHEMERAL_STORAGE, MIG_PROFILES, ResourceRequest
 
 from controlplane.errors import PayloadTooLargeError, ValidationError
 from controlplane.hub.spec import (
@@ -54,6 +54,8 @@ class FunctionSpec:
     mig: str | None = None
     sla_latency_ms: float | None = None
     affinity: Affinity = field(default_factory=Affinity)
+    # Bytes an instance's work dir may hold (stored versions older than the field: the default).
+    ephemeral_storage: int = DEFAULT_EPHEMERAL_STORAGE
 
     @classmethod
     def parse(cls, body: Any) -> FunctionSpec:
@@ -76,6 +78,7 @@ class FunctionSpec:
             cpu=self.cpu,
             timeout_s=self.timeout_s,
             max_concurrency=self.max_concurrency,
+            ephemeral_storage=self.ephemeral_storage,
         )
 
     def check_fits(self, room: int) -> None:
@@ -100,7 +103,11 @@ class FunctionSpec:
             id=f"function:{self.name}:{self.version}",
             name=self.name,
             resources=ResourceRequest(
-                cpu=self.cpu, memory=self.memory, gpu=self.gpu, mig=[self.mig] if self.mig else []
+                cpu=self.cpu,
+                memory=self.memory,
+                gpu=self.gpu,
+                mig=[self.mig] if self.mig else [],
+                ephemeral_storage=self.ephemeral_storage,
             ),
             affinity=self.affinity,
             kind="function",
@@ -252,6 +259,12 @@ FUNCTION: Model[FunctionSpec] = Model(
             nullable=True,
         ),
         Field("affinity", Nested(AFFINITY_WITHOUT_LABELS), nullable=True),
+        Field(
+            "ephemeral_storage",
+            memory_kind(1, "must be a positive amount of storage"),
+            description="bytes an instance's work dir may hold (over it the agent stops the instance); "
+            "default 1Gi",
+        ),
     ),
     example={
         "name": "echo",

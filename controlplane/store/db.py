@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     if url.startswith("sqlite"):
         database = make_url(url).database
         if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+            _private_sqlite_file(Path(database))
         engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
 
         @event.listens_for(engine.sync_engine, "connect")
@@ -53,6 +56,19 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
 
         return engine
     return create_async_engine(url, pool_pre_ping=True, **kwargs)
+
+
+def _private_sqlite_file(path: Path) -> None:
+    """Create the SQLite file 0600 (its ``-wal``/``-shm`` take its mode) and take group and other
+    bits off one an older version made 0644: it holds every workload's spec."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for file in (path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal"))):
+        with contextlib.suppress(OSError):
+            mode = stat.S_IMODE(file.stat().st_mode)
+            if mode & 0o077:
+                os.chmod(file, mode & 0o700)
 
 
 def _alembic_config(connection: Connection | None = None) -> Any:

@@ -8,14 +8,23 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.auth.tokens import Principal, hash_token, new_token, token_id, tokens_equal
 from controlplane.store.models import ApiTokenRow, JoinTokenRow, NodeCredentialRow
 from controlplane.store.store import Store
 
-__all__ = ["IdentityStore", "JoinRefused", "NewToken"]
+__all__ = [
+    "IdentityStore",
+    "JoinRefused",
+    "JoinTokenBound",
+    "NewToken",
+    "NodeAlreadyEnrolled",
+    "NotEnrolled",
+]
 
 # A token in use is stamped at most this often (a write per request would be wasteful).
 _TOUCH_EVERY_S = 60.0
@@ -33,7 +42,32 @@ class NewToken:
 
 
 class JoinRefused(Exception):
-    """A join token that is unknown, expired, used, or for another cluster."""
+    """A join token that is unknown, expired, used, or for another cluster. ``field``: the part of
+    the join that is wrong; ``token_id``: the token's public id once it is known to be valid (a
+    refusal worth an event), else None."""
+
+    field = "token"
+
+    def __init__(self, message: str, *, token_id: str | None = None) -> None:
+        super().__init__(message)
+        self.token_id = token_id
+
+
+class JoinTokenBound(JoinRefused):
+    """A valid join token bound to another node name (it stays unused)."""
+
+    field = "node"
+
+
+class NodeAlreadyEnrolled(JoinRefused):
+    """A join for a name with active credentials, without an admin's replace (the token stays
+    unused and the live node's key untouched)."""
+
+    field = "node"
+
+
+class NotEnrolled(Exception):
+    """An admin act on a node that has no credentials row at all."""
 
 
 class IdentityStore:
@@ -96,29 +130,45 @@ class IdentityStore:
 
     # --- join tokens and node credentials -------------------------------------------------
 
-    async def create_join_token(self, cluster: str, ttl_s: float) -> NewToken:
+    async def create_join_token(self, cluster: str, ttl_s: float, *, node: str | None = None) -> NewToken:
+        """A single-use join token for ``cluster``; with ``node``, it enrols that name only."""
+        async with self.store.session() as session:
+            return self._add_join_token(session, cluster, ttl_s, node=node)
+
+    @staticmethod
+    def _add_join_token(session: AsyncSession, cluster: str, ttl_s: float, *, node: str | None) -> NewToken:
         ident, token = new_token("join")
         now = time.time()
-        async with self.store.session() as session:
-            session.add(
-                JoinTokenRow(
-                    id=ident,
-                    token_hash=hash_token(token),
-                    cluster=cluster,
-                    created_at=now,
-                    expires_at=now + ttl_s,
-                )
+        session.add(
+            JoinTokenRow(
+                id=ident,
+                token_hash=hash_token(token),
+                cluster=cluster,
+                created_at=now,
+                expires_at=now + ttl_s,
+                node=node,
             )
-        return NewToken(id=ident, name=f"join:{cluster}", token=token, scopes=[], expires_at=now + ttl_s)
+        )
+        name = f"join:{cluster}" if node is None else f"join:{cluster}:{node}"
+        return NewToken(id=ident, name=name, token=token, scopes=[], expires_at=now + ttl_s)
 
     async def redeem_join_token(
-        self, token: str, *, node: str, public_key: str, cluster: str | None = None
+        self,
+        token: str,
+        *,
+        node: str,
+        public_key: str,
+        cluster: str | None = None,
+        replaced_by: str | None = None,
     ) -> str:
         """Use a join token once: record the node's public key; the token's cluster.
 
-        Raises JoinRefused with the reason. Re-enrolling a node name replaces its key (a
-        reinstalled agent), which needs a fresh join token like any enrolment. ``cluster``: the
-        cluster the agent asks for; a token for another one is refused and stays unused.
+        Raises JoinRefused (or a subclass) with the reason; a refused token stays unused. A name
+        with active credentials is refused (NodeAlreadyEnrolled): taking over a live node is an
+        admin's act, ``replaced_by`` (the admin principal's name; audited as ``NodeRekeyed``) or
+        a rekey (:meth:`rekey_node`), which revokes the key first. A name whose credentials were
+        revoked enrols again. ``cluster``: the cluster the agent asks for; a token for another
+        one is refused.
         """
         ident = token_id(token, "join")
         if ident is None:
@@ -134,6 +184,18 @@ class IdentityStore:
                 raise JoinRefused("join token expired")
             if cluster is not None and cluster != row.cluster:
                 raise JoinRefused(f"join token is for cluster {row.cluster!r}, not {cluster!r}")
+            if row.node is not None and row.node != node:
+                raise JoinTokenBound(
+                    f"join token is bound to node {row.node!r}, not {node!r}", token_id=ident
+                )
+            cred = await session.get(NodeCredentialRow, node, with_for_update=True)
+            live = cred is not None and cred.revoked_at is None
+            if live and replaced_by is None:
+                raise NodeAlreadyEnrolled(
+                    f"node {node!r} is enrolled; to give it a new key, an admin runs "
+                    f"'controlplane node rekey {node}'",
+                    token_id=ident,
+                )
             taken = await session.scalar(
                 select(NodeCredentialRow).where(
                     NodeCredentialRow.public_key == public_key, NodeCredentialRow.node != node
@@ -143,16 +205,31 @@ class IdentityStore:
                 raise JoinRefused("public key already enrolled for another node")
             row.used_at = now
             row.used_by = node
-            cred = await session.get(NodeCredentialRow, node)
             if cred is None:
                 session.add(
                     NodeCredentialRow(node=node, cluster=row.cluster, public_key=public_key, created_at=now)
                 )
             else:
+                previous_key = cred.public_key
                 cred.cluster = row.cluster
                 cred.public_key = public_key
                 cred.created_at = now
                 cred.revoked_at = None
+                cred.capacity = None  # a new identity: its first registration sets the bound again
+                if live:
+                    self.store.add_event(
+                        session,
+                        "NodeRekeyed",
+                        "node",
+                        node,
+                        f"live key replaced by {replaced_by} with join token {ident}",
+                        {
+                            "by": replaced_by,
+                            "join_token_id": ident,
+                            "public_key": public_key,
+                            "previous_public_key": previous_key,
+                        },
+                    )
             self.store.add_event(
                 session,
                 "NodeEnrolled",
@@ -162,6 +239,74 @@ class IdentityStore:
                 {"cluster": row.cluster, "public_key": public_key, "join_token_id": ident},
             )
             return row.cluster
+
+    async def record_join_refused(self, node: str, reason: str, *, token_id: str) -> None:
+        """The event of a valid join token refused for ``node`` (``JoinRefused``): its id, never
+        the token."""
+        async with self.store.session() as session:
+            self.store.add_event(session, "JoinRefused", "node", node, reason, {"join_token_id": token_id})
+
+    async def rekey_node(self, node: str, *, ttl_s: float, by: str) -> NewToken:
+        """Revoke ``node``'s key and return a single-use join token bound to it (in its cluster),
+        with which it enrols a new key; audited as ``NodeRekeyed``. NotEnrolled when the store
+        never enrolled that name (use ``agent-token create --node``)."""
+        async with self.store.session() as session:
+            cred = await session.get(NodeCredentialRow, node, with_for_update=True)
+            if cred is None:
+                raise NotEnrolled(f"node {node!r} was never enrolled")
+            now = time.time()
+            was_live = cred.revoked_at is None
+            if was_live:
+                cred.revoked_at = now
+            new = self._add_join_token(session, cred.cluster, ttl_s, node=node)
+            self.store.add_event(
+                session,
+                "NodeRekeyed",
+                "node",
+                node,
+                f"key {'revoked' if was_live else 'already revoked'} by {by}; "
+                f"join token {new.id} bound to it",
+                {"by": by, "join_token_id": new.id, "previous_public_key": cred.public_key},
+            )
+            return new
+
+    async def bind_capacity(self, node: str, claimed: dict[str, Any]) -> dict[str, Any] | None:
+        """The capacity ``node``'s active credentials admit: the one recorded, or ``claimed``
+        recorded now (its first registration with this key). None: no active credentials."""
+        async with self.store.session() as session:
+            cred = await session.get(NodeCredentialRow, node, with_for_update=True)
+            if cred is None or cred.revoked_at is not None:
+                return None
+            if cred.capacity is None:
+                cred.capacity = dict(claimed)
+                self.store.add_event(
+                    session,
+                    "NodeCapacityRecorded",
+                    "node",
+                    node,
+                    "capacity at its first registration with this key; more needs an admin",
+                    dict(claimed),
+                )
+            return dict(cred.capacity)
+
+    async def approve_capacity(self, node: str, *, by: str) -> dict[str, Any] | None:
+        """Forget the capacity ``node``'s key admits, so that its next registration records a new
+        one (``NodeCapacityApproved``); the old one. NotEnrolled without active credentials."""
+        async with self.store.session() as session:
+            cred = await session.get(NodeCredentialRow, node, with_for_update=True)
+            if cred is None or cred.revoked_at is not None:
+                raise NotEnrolled(f"node {node!r} has no active credentials")
+            previous = cred.capacity
+            cred.capacity = None
+            self.store.add_event(
+                session,
+                "NodeCapacityApproved",
+                "node",
+                node,
+                f"{by} approved a new capacity: the next registration records it",
+                {"by": by, "previous": previous},
+            )
+            return previous
 
     async def node_credentials(self) -> list[NodeCredentialRow]:
         """Active (unrevoked) node credentials."""

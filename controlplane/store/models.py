@@ -11,6 +11,8 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from controlplane.store.secrets import SealedSpec
+
 __all__ = [
     "ApiTokenRow",
     "Base",
@@ -69,7 +71,8 @@ class WorkloadRow(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     name: Mapped[str] = mapped_column(String(63), index=True)
     status: Mapped[str] = mapped_column(String(16), index=True, default="Pending")
-    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # JSON; its env values sealed when the engine has a secrets key (store/secrets.py).
+    spec: Mapped[dict[str, Any]] = mapped_column(SealedSpec, default=dict)
     replicas: Mapped[int] = mapped_column(Integer, default=1)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     idempotency_key: Mapped[str | None] = mapped_column(String(128), unique=True, nullable=True)
@@ -153,7 +156,7 @@ class FunctionRow(Base):
 
     name: Mapped[str] = mapped_column(String(63), primary_key=True)
     version: Mapped[int] = mapped_column(Integer, primary_key=True)
-    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    spec: Mapped[dict[str, Any]] = mapped_column(SealedSpec, default=dict)  # env sealed, as workloads
     created_at: Mapped[float] = mapped_column(Float)
     deleted: Mapped[bool] = mapped_column(Boolean, default=False)
 
@@ -208,6 +211,9 @@ class JoinTokenRow(Base):
     expires_at: Mapped[float] = mapped_column(Float)
     used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     used_by: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    # The one node name it may enrol (``agent-token create --node``, a rekey); None: any name
+    # that is not enrolled.
+    node: Mapped[str | None] = mapped_column(String(63), nullable=True)
 
 
 class NodeCredentialRow(Base):
@@ -220,3 +226,7 @@ class NodeCredentialRow(Base):
     public_key: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # What the node claimed at its first registration with this key ({"cpu", "memory", "gpus",
+    # "dpu"}): it may not claim more later (hub/registration.py) until an admin approves it
+    # (``controlplane node approve-capacity``) or re-keys it. None: not registered yet.
+    capacity: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

@@ -7,31 +7,84 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Text, cast, event, func, select
+from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
 
+from controlplane.errors import StoreUnavailableError
+from controlplane.store.availability import WriteHealth, is_unavailable, short_reason
 from controlplane.store.db import create_engine, migrate
-from controlplane.store.models import ClusterRow, EventRow, NodeRow, PlacementRow, WorkloadRow
+from controlplane.store.models import ClusterRow, EventRow, FunctionRow, NodeRow, PlacementRow, WorkloadRow
+from controlplane.store.secrets import PREFIX, EnvCipher, attach_cipher
 
 __all__ = ["ACTIVE_PLACEMENT", "TERMINAL_PLACEMENT", "Store"]
 
 ACTIVE_PLACEMENT = ("Scheduled", "Running")
 TERMINAL_PLACEMENT = ("Succeeded", "Failed", "Cancelled", "Lost")
+# How often a store whose writes failed is probed with a write (``writable``), and how often one
+# that writes is (a full disk shows only when something is written).
+PROBE_FAILING_S = 2.0
+PROBE_OK_S = 10.0
+
+
+class _WriteTrackingSession(Session):
+    """A session that notes in ``info["wrote"]`` that it flushed or executed a write: only a
+    committed write, not a read, tells that a store whose writes failed writes again."""
+
+
+@event.listens_for(_WriteTrackingSession, "after_flush")
+def _flushed(session: Session, _flush: UOWTransaction) -> None:
+    session.info["wrote"] = True
+
+
+@event.listens_for(_WriteTrackingSession, "do_orm_execute")
+def _executed(state: ORMExecuteState) -> None:
+    if state.is_insert or state.is_update or state.is_delete:
+        state.session.info["wrote"] = True
 
 
 class Store:
-    """Owns the engine; hands out sessions; holds the few queries shared by hub and API."""
+    """Owns the engine; hands out sessions; holds the few queries shared by hub and API.
+
+    An error that means the store is away or cannot write (:func:`is_unavailable`) leaves every
+    session as :class:`StoreUnavailableError` and is remembered in ``health`` until a write
+    succeeds again, so that ``/healthz`` reports a store that reads but cannot write."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self._sessions = async_sessionmaker(
+            engine, expire_on_commit=False, sync_session_class=_WriteTrackingSession
+        )
+        self.health = WriteHealth()
+        self._probed_at = 0.0
 
     @classmethod
-    async def open(cls, url: str, *, run_migrations: bool = True) -> Store:
+    async def open(
+        cls, url: str, *, run_migrations: bool = True, env_cipher: EnvCipher | None = None
+    ) -> Store:
+        """Open (and migrate) the store; with ``env_cipher``, workloads' and functions' ``env``
+        values are sealed at rest with it (``store/secrets.py``), and a key that cannot open
+        what is stored already fails here (SecretsKeyError), not at the first placement."""
         engine = create_engine(url)
-        if run_migrations:
-            await migrate(engine)
-        return cls(engine)
+        attach_cipher(engine, env_cipher)
+        try:
+            if run_migrations:
+                await migrate(engine)
+            store = cls(engine)
+            if env_cipher is not None:
+                await store._check_cipher()
+        except BaseException:
+            await engine.dispose()
+            raise
+        return store
+
+    async def _check_cipher(self) -> None:
+        """Open one sealed spec of each kind, if any (a scan, once at start)."""
+        async with self._sessions() as session:
+            for column in (WorkloadRow.spec, FunctionRow.spec):
+                text = cast(column, Text)
+                await session.scalar(select(column).where(text.like(f"%{PREFIX}%")).limit(1))
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -39,13 +92,57 @@ class Store:
     @asynccontextmanager
     async def session(self) -> AsyncIterator[AsyncSession]:
         """A session in a transaction, committed on success and rolled back on error."""
-        async with self._sessions() as session, session.begin():
-            yield session
+        try:
+            async with self._sessions() as session, session.begin():
+                yield session
+        except Exception as exc:
+            if isinstance(exc, StoreUnavailableError) or not is_unavailable(exc):
+                raise
+            raise self._unavailable(exc) from exc
+        if session.info.get("wrote"):
+            self.health.succeeded()
+
+    @asynccontextmanager
+    async def _reading(self) -> AsyncIterator[AsyncSession]:
+        """A session for reads (no transaction of its own); store errors as in :meth:`session`."""
+        try:
+            async with self._sessions() as session:
+                yield session
+        except Exception as exc:
+            if isinstance(exc, StoreUnavailableError) or not is_unavailable(exc):
+                raise
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: Exception) -> StoreUnavailableError:
+        """``exc``, an error that means the store is away or cannot write, as callers see it
+        (and remembered in ``health``)."""
+        self.health.failed(exc)
+        return StoreUnavailableError(short_reason(exc))
 
     async def ping(self) -> bool:
-        async with self._sessions() as session:
+        async with self._reading() as session:
             await session.execute(select(1))
         return True
+
+    async def writable(self, *, now: float | None = None) -> bool:
+        """Whether the store takes writes: False while the last write failed; a small write
+        (a no-op UPDATE of the schema's version row) is tried at most every ``PROBE_FAILING_S``
+        then, and every ``PROBE_OK_S`` otherwise (a full disk shows only when something is
+        written)."""
+        now = time.monotonic() if now is None else now
+        due = PROBE_FAILING_S if self.health.failing else PROBE_OK_S
+        if now - self._probed_at >= due:
+            self._probed_at = now
+            try:
+                async with self.session() as session:
+                    await session.execute(sql_text("UPDATE alembic_version SET version_num = version_num"))
+            except StoreUnavailableError:
+                pass  # remembered in health by session()
+            except Exception:  # no schema yet (never migrated): not a store outage
+                pass
+            else:
+                self.health.succeeded()
+        return not self.health.failing
 
     # --- events ---------------------------------------------------------------------------
 
@@ -82,14 +179,14 @@ class Store:
             query = query.where(EventRow.kind == kind)
         if object_id:
             query = query.where(EventRow.object_id == object_id)
-        async with self._sessions() as session:
+        async with self._reading() as session:
             rows = await session.scalars(query.order_by(EventRow.id).limit(limit))
             return list(rows)
 
     # --- reads for the API ----------------------------------------------------------------
 
     async def list_clusters(self) -> list[ClusterRow]:
-        async with self._sessions() as session:
+        async with self._reading() as session:
             return list(await session.scalars(select(ClusterRow).order_by(ClusterRow.name)))
 
     async def count_nodes_by_cluster(self) -> dict[str, dict[str, int]]:
@@ -97,7 +194,7 @@ class Store:
             NodeRow.cluster, NodeRow.status
         )
         counts: dict[str, dict[str, int]] = {}
-        async with self._sessions() as session:
+        async with self._reading() as session:
             for cluster, status, count in await session.execute(query):
                 counts.setdefault(cluster, {})[status] = count
         return counts
@@ -113,7 +210,7 @@ class Store:
         return await self._page(query, NodeRow.name, limit, offset)
 
     async def get_node(self, name: str) -> NodeRow | None:
-        async with self._sessions() as session:
+        async with self._reading() as session:
             return await session.get(NodeRow, name)
 
     async def list_workloads(
@@ -141,7 +238,7 @@ class Store:
         return await self._page(query, WorkloadRow.created_at, limit, offset)
 
     async def get_workload(self, workload_id: str) -> tuple[WorkloadRow, list[PlacementRow]] | None:
-        async with self._sessions() as session:
+        async with self._reading() as session:
             row = await session.get(WorkloadRow, workload_id)
             if row is None:
                 return None
@@ -156,7 +253,7 @@ class Store:
         if not workload_ids:
             return {}
         result: dict[str, list[PlacementRow]] = {wid: [] for wid in workload_ids}
-        async with self._sessions() as session:
+        async with self._reading() as session:
             rows = await session.scalars(
                 select(PlacementRow)
                 .where(PlacementRow.workload_id.in_(list(workload_ids)))
@@ -167,11 +264,11 @@ class Store:
         return result
 
     async def find_workload_by_key(self, key: str) -> WorkloadRow | None:
-        async with self._sessions() as session:
+        async with self._reading() as session:
             return await session.scalar(select(WorkloadRow).where(WorkloadRow.idempotency_key == key))
 
     async def _page(self, query: Any, order: Any, limit: int, offset: int) -> tuple[list[Any], int]:
-        async with self._sessions() as session:
+        async with self._reading() as session:
             total = await session.scalar(select(func.count()).select_from(query.subquery()))
             rows = await session.scalars(query.order_by(order).limit(limit).offset(offset))
             return list(rows), int(total or 0)

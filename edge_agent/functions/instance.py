@@ -19,6 +19,7 @@ __all__ = [
     "Instance",
     "invoke_result",
     "log_tail",
+    "not_started_error",
     "start_worker",
     "timeout_error",
     "worker_argv",
@@ -54,16 +55,24 @@ class Instance:
 
 
 class InitError(Exception):
-    """An instance that could not start or initialise; ``error`` is the error to report."""
+    """An instance that could not start or initialise; ``error`` is the error to report;
+    ``stopped``: the agent stopped it while it started (a timeout, an eviction), not its fault."""
 
-    def __init__(self, error: dict[str, Any]) -> None:
+    def __init__(self, error: dict[str, Any], *, stopped: bool = False) -> None:
         super().__init__(error.get("message", "initialisation failed"))
         self.error = dict(error)
+        self.stopped = stopped
 
 
 def timeout_error(code: FunctionCode) -> dict[str, Any]:
     """The error of an invocation past the function's timeout."""
     return {"type": "Timeout", "message": f"timed out after {code.timeout_s:g}s", "code": "timeout"}
+
+
+def not_started_error(why: str) -> dict[str, Any]:
+    """The error of an invocation never handed to a worker: it ran nowhere, so it may be retried
+    (the hub sends it to another instance within its budget)."""
+    return {"type": "NotStarted", "message": f"not started: {why}", "code": "not_started"}
 
 
 def log_tail(path: Path | None, limit: int = 600) -> str:

@@ -7,8 +7,10 @@ An instance is a long-lived worker process (``worker.py``) that imported its han
 time from spawn to its ``ready`` line is the measured cold start. Each instance serves up to
 ``max_concurrency`` invocations at once. Idle instances are evicted after their keep-alive (set
 per function by the hub's policy) or earlier under memory pressure (least recently used first);
-an instance over its memory size (RSS) or past an invocation's timeout is killed. While NATS is
-down the agent's local policy may also stop idle instances (:mod:`edge_agent.autonomy`).
+an instance over its memory size (RSS), past an invocation's timeout or with a work dir over its
+``ephemeral_storage`` (``ephemeral_storage_exceeded``, measured every ``storage_interval_s``) is
+killed. While NATS is down the agent's local policy may also stop idle instances
+(:mod:`edge_agent.autonomy`).
 
 Instances are confined like placements (:mod:`edge_agent.confinement`): a clean environment, the
 run user, cgroups of their own (stopping an instance kills all its processes) and a work dir of
@@ -39,9 +41,11 @@ from edge_agent.functions.instance import (
     Instance,
     invoke_result,
     log_tail,
+    not_started_error,
     start_worker,
     timeout_error,
 )
+from edge_agent.work_dir_usage import exceeded_message, usage_bytes
 
 __all__ = ["FunctionPool", "Instance"]
 
@@ -59,6 +63,7 @@ class FunctionPool:
         node: str = "",
         on_change: Callable[[], None] | None = None,
         confinement: Confinement | None = None,
+        storage_interval_s: float = 1.0,
     ) -> None:
         self.work_dir = work_dir / "functions"
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -69,6 +74,8 @@ class FunctionPool:
         self.instances: dict[str, Instance] = {}
         self.counters: dict[str, int] = {"cold_starts": 0, "warm_starts": 0, "evictions": 0, "timeouts": 0}
         self._changed = asyncio.Condition()
+        self.storage_interval_s = storage_interval_s
+        self._storage_checked_at = 0.0
 
     # --- queries --------------------------------------------------------------------------
 
@@ -163,13 +170,13 @@ class FunctionPool:
                 if future is not None and not future.done():
                     future.set_result(message)
         finally:
-            await self._forget(instance, "the instance exited")
+            await self._forget(instance, "the instance exited", crashed=True)
             sandbox, instance.sandbox = instance.sandbox, None
             if sandbox is not None:  # a stop may still be killing: wait for the group to empty
                 await self.confinement.kill(sandbox, instance.process)
                 self.confinement.close(sandbox)
 
-    async def _forget(self, instance: Instance, why: str) -> None:
+    async def _forget(self, instance: Instance, why: str, *, crashed: bool = False) -> None:
         # Keyed on the state, not on the dict: an eviction forgets the instance before this runs.
         if instance.state == "stopped":
             return
@@ -177,7 +184,8 @@ class FunctionPool:
         instance.state = "stopped"
         if not instance.ready.done():
             tail = log_tail(instance.stderr_path)
-            instance.ready.set_exception(InitError({"type": "InstanceExited", "message": f"{why}: {tail}"}))
+            error = {"type": "InstanceExited", "message": f"{why}: {tail}"}
+            instance.ready.set_exception(InitError(error, stopped=not crashed))
         for future in instance.pending.values():
             if not future.done():
                 future.set_result(
@@ -232,6 +240,10 @@ class FunctionPool:
                         asyncio.shield(waiting_on.ready), timeout=max(0.01, deadline - time.perf_counter())
                     )
                 except InitError as exc:
+                    if exc.stopped and deadline > time.perf_counter():
+                        # Stopped while starting (another invocation's start timed out, or it was
+                        # evicted): not this function's fault; look for or start another one.
+                        continue
                     return invoke_result(request, begin, error=exc.error | {"code": "init_error"}, cold=True)
                 except TimeoutError:
                     return invoke_result(request, begin, error=timeout_error(code), cold=True)
@@ -325,15 +337,10 @@ class FunctionPool:
                 request, begin, error=timeout_error(code), cold=cold, cold_ms=cold_ms, queued_ms=queued_ms
             )
         except (BrokenPipeError, ConnectionResetError):
+            # The worker never read it (its input is closed): it ran nowhere, so it is not a crash
+            # but ``not_started``, which the hub may send to another instance within its budget.
             await self.stop_instance(instance, "the instance's input closed")
-            reply = {
-                "ok": False,
-                "error": {
-                    "type": "InstanceCrashed",
-                    "message": "instance exited",
-                    "code": "instance_crashed",
-                },
-            }
+            reply = {"ok": False, "error": not_started_error("the instance's input was closed")}
         finally:
             instance.pending.pop(request.invocation_id, None)
             instance.in_flight = max(0, instance.in_flight - 1)
@@ -455,6 +462,7 @@ class FunctionPool:
                     instance, f"memory limit exceeded ({rss} > {instance.code.memory} bytes)"
                 )
                 evicted += 1
+        evicted += await self._stop_over_storage()
         available = psutil.virtual_memory().available
         if available < 0.05 * psutil.virtual_memory().total:
             for instance in sorted(self.instances.values(), key=lambda i: i.last_used_at):
@@ -464,6 +472,26 @@ class FunctionPool:
                     evicted += 1
                     break
         return evicted
+
+    async def _stop_over_storage(self) -> int:
+        """Stop the instances whose work dir is over their ``ephemeral_storage`` (measured at most
+        every ``storage_interval_s``, in a thread); how many were stopped."""
+        now = time.monotonic()
+        if now - self._storage_checked_at < self.storage_interval_s:
+            return 0
+        self._storage_checked_at = now
+        stopped = 0
+        for instance in list(self.instances.values()):
+            sandbox, limit = instance.sandbox, instance.code.ephemeral_storage
+            if sandbox is None or instance.state == "stopped":
+                continue
+            usage = await asyncio.to_thread(usage_bytes, sandbox.home, stop_above=limit)
+            if usage > limit:
+                why = exceeded_message(usage, limit)
+                log.warning("instance %s killed: %s", instance.instance_id, why)
+                await self.stop_instance(instance, why)
+                stopped += 1
+        return stopped
 
     async def close(self) -> None:
         for instance in list(self.instances.values()):

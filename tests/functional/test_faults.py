@@ -154,6 +154,13 @@ async def test_a_frozen_agent_that_comes_back_has_its_replaced_work_stopped(
             await wait_for(lambda: api.get(f"/v1/nodes/{frozen_name}"), lambda n: n["status"] == "Ready")
             await wait_for(lambda: _async(not alive(pid)), bool, timeout=10)
             assert (await api.workload(workload_id))["status"] == "Running"
+            # The stop of the stale copy is on record (was: stopped without an event or a log line).
+            stale = await wait_for(
+                lambda: api.get("/v1/events?kind=StaleCopyStopped"), lambda e: e["items"], timeout=10
+            )
+            event = stale["items"][0]
+            assert event["object_id"] == first["placements"][0]["id"], event
+            assert frozen_name in event["message"] and event["data"]["workload_id"] == workload_id, event
     finally:
         for agent in agents:
             with contextlib.suppress(ProcessLookupError):

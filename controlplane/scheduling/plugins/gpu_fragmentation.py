@@ -16,7 +16,7 @@ new slices).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -34,7 +34,7 @@ from controlplane.scheduling.framework import (
     Status,
     clip,
 )
-from controlplane.scheduling.model import Assignment, Migration, MigSlice, WorkloadRequest
+from controlplane.scheduling.model import Migration, MigSlice, WorkloadRequest
 from controlplane.scheduling.nodetable import NodeTable
 from controlplane.scheduling.plugins.args import decode_args
 
@@ -149,9 +149,7 @@ class GpuFragmentation:
         for (wid, replica), slices in new_slices.items():
             old = allocs[(wid, replica)].assignment
             if tuple(slices) != old.mig:
-                new = Assignment(
-                    cpu=old.cpu, memory=old.memory, gpus=old.gpus, mig=tuple(slices), dpus=old.dpus
-                )
+                new = replace(old, mig=tuple(slices))
                 moves.append(Migration(wid, replica, name, old, new))
         if not moves or len(moves) > self.args.max_moves:
             return None

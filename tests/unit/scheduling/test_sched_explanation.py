@@ -35,7 +35,8 @@ MASKED = {"NodeResourcesFit: node has too little cpu": 1}
 
 
 def _assignment(cpu: float) -> dict[str, Any]:
-    return {"cpu": cpu, "memory": GiB, "gpus": [], "mig": [], "dpus": []}
+    # The request's default ephemeral storage (1Gi) is held too.
+    return {"cpu": cpu, "memory": GiB, "gpus": [], "mig": [], "dpus": [], "ephemeral_storage": GiB}
 
 
 def _least_allocated(node: str, score: float) -> dict[str, Any]:
@@ -84,7 +85,7 @@ _CANDIDATE = CandidateExplanation(
     node="n",
     cluster="c",
     score=10.0,
-    assignment=Assignment(cpu=1.0, memory=GiB),
+    assignment=Assignment(cpu=1.0, memory=GiB, ephemeral_storage=GiB),
     plugins={"P": PluginScore(raw=3.0, normalized=5.0, weight=2)},
     extras=(CandidateExtras(_REWARD), CandidateExtras(terms={"bid": "accept", "q": 0.4})),
 )

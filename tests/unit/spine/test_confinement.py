@@ -64,6 +64,7 @@ def test_the_report_says_what_is_enforced_as_strings():
         groups=_groups(v2, v1),
         cpu_quota="cgroup-v1",
         python_functions="other",
+        seccomp="yes",
     )
     assert confined == {
         "clean_env": "yes",
@@ -75,6 +76,7 @@ def test_the_report_says_what_is_enforced_as_strings():
         "pids_limit": "512",
         "cpu_quota": "cgroup-v1",
         "python_functions": "other",
+        "seccomp": "yes",
     }
     bare = isolation_report(
         run_user=RunUser("agent-user"),
@@ -83,6 +85,7 @@ def test_the_report_says_what_is_enforced_as_strings():
         groups=_groups(),
         cpu_quota="none",
         python_functions="yes",
+        seccomp="none (libseccomp not found)",
     )
     assert (bare["run_as"], bare["work_dirs"], bare["cgroup"], bare["kill_tree"], bare["pids_limit"]) == (
         "agent-user",
