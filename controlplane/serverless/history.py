@@ -22,7 +22,7 @@ from controlplane.serverless.outcome import InvocationOutcome
 from controlplane.store.models import InvocationRow
 from controlplane.store.store import Store
 
-__all__ = ["InvocationHistory", "StoreHolder"]
+__all__ = ["InvocationHistory", "StoreHolder", "finished_row"]
 
 log = logging.getLogger("edgeplane.hub.functions")
 
@@ -62,20 +62,7 @@ class InvocationHistory:
             self.counters["invocation_records_dropped"] += 1
             if self.counters["invocation_records_dropped"] == 1:
                 log.warning("invocation records are not written as fast as they come: dropping the oldest")
-        self._pending[outcome.invocation_id] = InvocationRow(
-            id=outcome.invocation_id,
-            function=outcome.function,
-            version=outcome.version,
-            status="Succeeded" if outcome.ok else "Failed",
-            node=outcome.node,
-            cold_start=outcome.cold_start,
-            event={},
-            result={"value": outcome.result},
-            error=outcome.error or {},
-            timings=outcome.timings(),
-            created_at=started_at,
-            finished_at=time.time(),
-        )
+        self._pending[outcome.invocation_id] = finished_row(outcome, created_at=started_at)
 
     def pending(self, invocation_id: str) -> InvocationRow | None:
         """A record not written yet, or None."""
@@ -124,3 +111,21 @@ class InvocationHistory:
                 else:
                     if expired:
                         log.info("%d finished invocation(s) past their retention deleted", expired)
+
+
+def finished_row(outcome: InvocationOutcome, *, created_at: float) -> InvocationRow:
+    """A finished invocation as a row (its event is not kept), finished now."""
+    return InvocationRow(
+        id=outcome.invocation_id,
+        function=outcome.function,
+        version=outcome.version,
+        status="Succeeded" if outcome.ok else "Failed",
+        node=outcome.node,
+        cold_start=outcome.cold_start,
+        event={},
+        result={"value": outcome.result},
+        error=outcome.error or {},
+        timings=outcome.timings(),
+        created_at=created_at,
+        finished_at=time.time(),
+    )

@@ -29,6 +29,7 @@ from edgeplane_contract.messages import InvokeResultV1
 
 from controlplane.errors import EdgeplaneError
 from controlplane.hub.nodes import FunctionHost
+from controlplane.serverless.history import finished_row
 from controlplane.serverless.invoke import COLD_START_BUDGET_S, Invoker
 from controlplane.serverless.outcome import InvocationOutcome, accept_result
 from controlplane.serverless.recovery import InFlight, recover_invocations
@@ -202,7 +203,8 @@ class InvocationRecords:
             await self._keep_outcome(invocation_id, outcome, within_s=REQUEST_RETRY_S)
         finally:
             self._active.discard(invocation_id)
-        return outcome, _row_of(outcome)
+        # For its caller: it may not be in the store yet.
+        return outcome, finished_row(outcome, created_at=time.time())
 
     async def _store_invocation(
         self,
@@ -390,21 +392,3 @@ class InvocationRecords:
             )
         finally:
             self._resolving -= set(functions)
-
-
-def _row_of(outcome: InvocationOutcome) -> InvocationRow:
-    """A finished invocation as a row, for its caller (it may not be in the store yet)."""
-    return InvocationRow(
-        id=outcome.invocation_id,
-        function=outcome.function,
-        version=outcome.version,
-        status="Succeeded" if outcome.ok else "Failed",
-        node=outcome.node,
-        cold_start=outcome.cold_start,
-        event={},
-        result={"value": outcome.result},
-        error=outcome.error or {},
-        timings=outcome.timings(),
-        created_at=time.time(),
-        finished_at=time.time(),
-    )

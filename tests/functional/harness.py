@@ -58,6 +58,20 @@ async def wait_for(
     return value
 
 
+def poll(
+    probe: Callable[[], T], until: Callable[[T], bool], *, timeout: float = 30.0, every: float = 0.1
+) -> T:
+    """``wait_for`` for blocking probes (tests that drive real processes over urllib): poll until
+    ``until(value)``; fail with the last value seen after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    value = probe()
+    while not until(value):
+        assert time.monotonic() < deadline, f"condition not met within {timeout}s; last value: {value!r}"
+        time.sleep(every)
+        value = probe()
+    return value
+
+
 @dataclass
 class Api:
     """A tiny JSON client for the hub's API."""

@@ -10,10 +10,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from functools import partial
 from pathlib import Path
+
+from harness import poll
 
 from controlplane.natsd import free_port
 from controlplane.store.db import head_revision
+
+_poll = partial(poll, timeout=20.0, every=0.1)
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, dict]:
@@ -34,16 +39,6 @@ def _post(url: str, body: dict, token: str) -> tuple[int, dict]:
     )
     with urllib.request.urlopen(request, timeout=5) as response:
         return response.status, json.loads(response.read())
-
-
-def _poll(fn, until, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    value = fn()
-    while not until(value):
-        assert time.monotonic() < deadline, f"timed out; last value {value!r}"
-        time.sleep(0.1)
-        value = fn()
-    return value
 
 
 def _children(pid: int) -> list[int]:

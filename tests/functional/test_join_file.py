@@ -14,15 +14,17 @@ import signal
 import stat
 import subprocess
 import sys
-import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import SecuredNats, running_hub, secured_nats, wait_for
+from harness import SecuredNats, poll, running_hub, secured_nats, wait_for
 
 from controlplane.natsd import free_port
 from controlplane.store.identities import IdentityStore
+
+_poll = partial(poll, timeout=40.0, every=0.2)
 
 TOKEN_PREFIX = b"ep_join_"
 
@@ -49,16 +51,6 @@ def _agents_of(parent: int) -> list[int]:
         if ppid == parent and b"edge_agent.cli" in cmdline:
             agents.append(pid)
     return agents
-
-
-def _poll(fn, until, timeout: float = 40.0):
-    deadline = time.monotonic() + timeout
-    value = fn()
-    while not until(value):
-        assert time.monotonic() < deadline, f"timed out; last value {value!r}"
-        time.sleep(0.2)
-        value = fn()
-    return value
 
 
 def _nodes(base: str, token: str) -> dict[str, str]:

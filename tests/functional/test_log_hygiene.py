@@ -28,10 +28,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from functools import partial
 
 import aiohttp
 import nats
-from harness import register_message, running_hub, secured_nats, wait_for
+from harness import poll, register_message, running_hub, secured_nats, wait_for
 
 from edgeplane_contract.credentials import new_user_seed, public_key_of
 from edgeplane_contract.enrolment import CREDENTIALS_FILE
@@ -40,6 +41,8 @@ from edgeplane_contract.messages import Subjects, encode
 from controlplane.bus.nats_auth import agent_inbox_prefix
 from controlplane.natsd import free_port
 from controlplane.store.identities import IdentityStore
+
+_poll = partial(poll, timeout=30.0, every=0.1)
 
 # One record: "2026-12-04 16:16:26,074 ERROR aiohttp.server: message" (logfmt.LOG_FORMAT).
 RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
@@ -68,16 +71,6 @@ def _raw(port: int, request: bytes) -> bytes:
         while chunk := sock.recv(65536):
             answer += chunk
     return answer
-
-
-def _poll(fn, until, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    value = fn()
-    while not until(value):
-        assert time.monotonic() < deadline, f"timed out; last value {value!r}"
-        time.sleep(0.1)
-        value = fn()
-    return value
 
 
 def _cli(*args: str) -> str:

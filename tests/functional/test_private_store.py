@@ -19,23 +19,26 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
-from harness import CONFINED_PY
+from harness import CONFINED_PY, poll
 
 from controlplane.natsd import free_port
+
+_poll = partial(poll, timeout=45.0, every=0.2)
 
 SECRET = "hunter2-tenant-secret-in-env"
 # Tries to read (open and read a byte, or list) every path it is given; says which it could, and
 # a digest of its own env value (the value itself would land in a log).
 PROBE = """
 import hashlib, json, os
+
 def probe(paths):
     readable = []
     for path in paths:
@@ -64,16 +67,6 @@ def _call(method: str, url: str, token: str, body: object = None) -> tuple[int, 
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
-
-
-def _poll(fn, until, timeout: float = 45.0):
-    deadline = time.monotonic() + timeout
-    value = fn()
-    while not until(value):
-        assert time.monotonic() < deadline, f"timed out; last value {value!r}"
-        time.sleep(0.2)
-        value = fn()
-    return value
 
 
 @contextmanager
