@@ -13,7 +13,7 @@ import asyncio
 import sys
 import time
 
-from controlplane.commands.common import add_store_arguments, chosen_cluster, database_url
+from controlplane.commands.common import add_store_arguments, chosen_cluster, database_url, join_token_ttl
 
 __all__ = ["configure", "run"]
 
@@ -33,7 +33,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from edgeplane_contract.messages import valid_token
 
-    from controlplane.auth.tokens import parse_ttl
     from controlplane.errors import ConfigError
 
     try:
@@ -41,13 +40,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"controlplane agent-token: configuration error: {exc}", file=sys.stderr)
         return 2
-    try:
-        ttl = parse_ttl(args.ttl)
-    except ValueError as exc:
-        print(f"controlplane agent-token: --ttl: {exc}", file=sys.stderr)
-        return 2
+    ttl = join_token_ttl(args.ttl, prog="controlplane agent-token")
     if ttl is None:
-        print("controlplane agent-token: --ttl: join tokens always expire", file=sys.stderr)
         return 2
     if args.node is not None and not valid_token(args.node):
         print(

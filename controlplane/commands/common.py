@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import ssl
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,6 +43,7 @@ __all__ = [
     "env_cipher",
     "federation_from",
     "hub_settings",
+    "join_token_ttl",
     "mask_url",
     "nats_setup",
     "setup_logging",
@@ -181,6 +183,21 @@ def env_cipher(args: argparse.Namespace, data_dir: Path) -> EnvCipher:
     if args.secrets_key:
         return load_env_cipher(Path(args.secrets_key), create=False)
     return load_env_cipher(data_dir / SECRETS_KEY_FILE)
+
+
+def join_token_ttl(text: str, *, prog: str) -> float | None:
+    """A join token's ``--ttl`` in seconds, or None after saying on stderr why it is refused
+    (join tokens always expire)."""
+    from controlplane.auth.tokens import parse_ttl
+
+    try:
+        ttl = parse_ttl(text)
+    except ValueError as exc:
+        print(f"{prog}: --ttl: {exc}", file=sys.stderr)
+        return None
+    if ttl is None:
+        print(f"{prog}: --ttl: join tokens always expire", file=sys.stderr)
+    return ttl
 
 
 def database_url(args: argparse.Namespace) -> str:

@@ -21,7 +21,7 @@ import getpass
 import sys
 import time
 
-from controlplane.commands.common import add_store_arguments, database_url
+from controlplane.commands.common import add_store_arguments, database_url, join_token_ttl
 
 __all__ = ["configure", "run"]
 
@@ -47,20 +47,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from edgeplane_contract.messages import valid_token
 
-    from controlplane.auth.tokens import parse_ttl
-
     if not valid_token(args.name):
         print(f"{PROG}: NAME: must match [A-Za-z0-9_-]{{1,63}}, got {args.name!r}", file=sys.stderr)
         return 2
     if args.verb == "approve-capacity":
         return asyncio.run(_approve(args))
-    try:
-        ttl = parse_ttl(args.ttl)
-    except ValueError as exc:
-        print(f"{PROG} rekey: --ttl: {exc}", file=sys.stderr)
-        return 2
+    ttl = join_token_ttl(args.ttl, prog=f"{PROG} rekey")
     if ttl is None:
-        print(f"{PROG} rekey: --ttl: join tokens always expire", file=sys.stderr)
         return 2
     return asyncio.run(_rekey(args, ttl))
 
