@@ -27,7 +27,6 @@ from edgeplane_contract.messages import (
     InvocationQueryV1,
     InvocationStatusV1,
     InvokeResultV1,
-    InvokeV1,
     MessageError,
     decode,
     encode,
@@ -38,6 +37,7 @@ from controlplane.bus.hub_bus import MessageTooLargeError
 from controlplane.errors import PayloadTooLargeError
 from controlplane.hub.nodes import FunctionHost
 from controlplane.serverless.estimates import Estimates, FunctionStats
+from controlplane.serverless.invoke_wire import InvokeWire
 from controlplane.serverless.outcome import InvocationOutcome, accept_result
 from controlplane.serverless.registry import FunctionRegistry
 from controlplane.serverless.router import Route, route
@@ -88,12 +88,13 @@ class Invoker:
         self.stats = stats
         self.counters = counters
         self._spawn = spawn
+        self.wire = InvokeWire()  # each version's code serialised once, not per invocation
 
     def check_event(self, spec: FunctionSpec, event: Any) -> None:
         """Refuse (413, naming the body) an event that, with the function's code, cannot fit in one
         NATS message: the agent could never receive the invocation."""
         room = self.hub.bus.max_payload - PAYLOAD_MARGIN
-        size = len(encode(InvokeV1(invocation_id="0" * 32, code=spec.code(), event=event)))
+        size = len(self.wire.encode(spec, invocation_id="0" * 32, event=event))
         if size > room:
             raise PayloadTooLargeError(
                 f"the invocation would be {size} bytes with this event, over the {room} one NATS message "
@@ -121,11 +122,7 @@ class Invoker:
         wait_until = now + min(spec.timeout_s + COLD_START_BUDGET_S, RECONNECT_WAIT_S)
         for _round in range(100):  # bounded: each further round follows a node heard again
             for _attempt in range(3):
-                decision = route(
-                    self.warmth.options(spec, tried),
-                    exec_ms=self.estimates.exec_ms(name),
-                    weights=self.settings.energy,
-                )
+                decision = self._route(spec, tried)
                 if decision is None:
                     break
                 tried.add(decision.node)
@@ -162,6 +159,20 @@ class Invoker:
         self._record(spec, outcome)
         return outcome
 
+    def _route(self, spec: FunctionSpec, tried: set[str]) -> Route | None:
+        """The router's decision for ``spec`` outside ``tried``. Routed first as if a new instance
+        fitted on every Ready node, which skips the placement engine's filters (most of a warm
+        invocation's routing time): when that picks a warm instance or a queue, the filters could
+        only have taken cold-start options away, never the cheapest, so it stands (its listed
+        alternatives keep only warm and queue options); a cold start is routed again with them."""
+        exec_ms = self.estimates.exec_ms(spec.name)
+        weights = self.settings.energy
+        decision = route(self.warmth.options(spec, tried, assume_fit=True), exec_ms=exec_ms, weights=weights)
+        if decision is None or decision.mode == "cold":
+            return route(self.warmth.options(spec, tried), exec_ms=exec_ms, weights=weights)
+        decision.alternatives = [a for a in decision.alternatives if a.mode != "cold"]
+        return decision
+
     async def _dispatch(
         self, spec: FunctionSpec, decision: Route, event: Any, invocation_id: str, begin: float, now: float
     ) -> InvocationOutcome | None:
@@ -170,9 +181,9 @@ class Invoker:
         node = decision.node
         live = self.hub.nodes[node]
         keep_alive, prewarm_after = self.warmth.keep_alive(spec, node, now)
-        request = InvokeV1(
+        request = self.wire.encode(
+            spec,
             invocation_id=invocation_id,
-            code=spec.code(),
             event=event,
             keep_alive_s=keep_alive,
             allow_cold=decision.allow_cold,
@@ -198,7 +209,7 @@ class Invoker:
             # connection within the invocation's budget and sending then runs it once, not never.
             await self._wait_connected(live.cluster, min(budget_s, RECONNECT_WAIT_S))
             request_task = asyncio.ensure_future(
-                self.hub.bus.request(live.cluster, subject, encode(request), deadline_s=budget_s)
+                self.hub.bus.request(live.cluster, subject, request, deadline_s=budget_s)
             )
             lost_task = asyncio.ensure_future(lost.wait())
             finished = await self._await_answer(request_task, lost_task, live.cluster, node, invocation_id)

@@ -28,20 +28,25 @@ def node_options(
     instances: dict[str, dict[str, FunctionInstance]],
     in_flight: Counter[tuple[str, str, int]],
     estimates: Estimates,
+    assume_fit: bool = False,
 ) -> list[NodeOption]:
     """One option per Ready node outside ``exclude`` where a new instance of ``spec`` fits or
-    one already runs (a warm instance serves even when the node has no room for another)."""
-    fits = set(hub.function_nodes(spec.instance_request()).nodes)
+    one already runs (a warm instance serves even when the node has no room for another).
+
+    ``assume_fit``: skip the placement engine's filters and let every Ready node start one (an
+    upper bound of the cold-start options, for a caller that asks again when it picks one)."""
+    fits = None if assume_fit else set(hub.function_nodes(spec.instance_request()).nodes)
     options = []
     for name, live in hub.nodes.items():
         if live.status != "Ready" or name in exclude:
             continue
+        can_start = fits is None or name in fits
         mine = [
             i
             for i in instances.get(name, {}).values()
             if (i.function, i.version) == (spec.name, spec.version)
         ]
-        if name not in fits and not mine:
+        if not can_start and not mine:
             continue
         assert spec.version is not None
         dispatched = in_flight[(name, spec.name, spec.version)]
@@ -53,7 +58,7 @@ def node_options(
                 node=name,
                 warm_free=free,
                 busy_instances=len(mine) if free == 0 else 0,
-                can_start=name in fits,
+                can_start=can_start,
                 net_ms=estimates.net_ms(name),
                 cold_ms=estimates.cold_ms(spec.name, name),
                 in_flight=sum(n for (node, _, _), n in in_flight.items() if node == name),

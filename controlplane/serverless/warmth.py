@@ -121,8 +121,9 @@ class Warmth:
         if self.in_flight[key] <= 0:
             del self.in_flight[key]
 
-    def options(self, spec: FunctionSpec, exclude: set[str]) -> list[NodeOption]:
-        """The nodes that may run ``spec`` (outside ``exclude``), priced by how warm each is."""
+    def options(self, spec: FunctionSpec, exclude: set[str], *, assume_fit: bool = False) -> list[NodeOption]:
+        """The nodes that may run ``spec`` (outside ``exclude``), priced by how warm each is
+        (``assume_fit``: as if a new instance fitted on every Ready node, see ``node_options``)."""
         return node_options(
             self.hub,
             spec,
@@ -130,6 +131,7 @@ class Warmth:
             instances=self.instances,
             in_flight=self.in_flight,
             estimates=self.estimates,
+            assume_fit=assume_fit,
         )
 
     def unplaceable(self, spec: FunctionSpec) -> str:

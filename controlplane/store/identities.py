@@ -6,6 +6,9 @@ Only hashes of tokens and public keys are stored. Every method is one short tran
 
 from __future__ import annotations
 
+import json
+import logging
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +29,16 @@ __all__ = [
     "NotEnrolled",
 ]
 
+log = logging.getLogger("edgeplane.store.identities")
+
 # A token in use is stamped at most this often (a write per request would be wasteful).
 _TOUCH_EVERY_S = 60.0
+# The token lookup's read-only SQLite connection waits this long for a lock (WAL readers rarely do).
+_LOOKUP_BUSY_MS = 100
+_LOOKUP_RETRY_S = 10.0
+_TOKEN_ROW = (
+    "SELECT token_hash, name, scopes, expires_at, revoked_at, last_used_at FROM api_tokens WHERE id = ?"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +84,9 @@ class NotEnrolled(Exception):
 class IdentityStore:
     def __init__(self, store: Store) -> None:
         self.store = store
+        # The token lookup's own read-only connection (SQLite file stores only; see authenticate).
+        self._lookup: sqlite3.Connection | None = None
+        self._lookup_retry_at = 0.0  # after a failed read, the engine answers until then
 
     # --- API tokens -----------------------------------------------------------------------
 
@@ -94,20 +108,76 @@ class IdentityStore:
         return NewToken(id=ident, name=name, token=token, scopes=sorted(scopes), expires_at=expires)
 
     async def authenticate(self, token: str) -> Principal | None:
-        """The principal of a valid, unexpired, unrevoked API token; None otherwise."""
+        """The principal of a valid, unexpired, unrevoked API token; None otherwise.
+
+        Every call reads the token's row as committed now, so a revocation (also one by
+        ``controlplane token revoke`` in another process) counts from the next request on. On
+        SQLite the row is read through a read-only connection of its own, on the calling thread: a
+        primary-key read of a few microseconds instead of a session on the async engine (a thread
+        hop, a transaction and the ORM per API request: most of a warm invocation's hub time)."""
         ident = token_id(token, "api")
         if ident is None:
             return None
         now = time.time()
+        row = self._read_token_row(ident)
+        if row is not None:
+            token_hash, name, scopes, expires_at, revoked_at, last_used_at = row
+            if not tokens_equal(token, token_hash):
+                return None
+            if revoked_at is not None or (expires_at is not None and expires_at <= now):
+                return None
+            if last_used_at is not None and now - last_used_at <= _TOUCH_EVERY_S:
+                return Principal(token_id=ident, name=name, scopes=frozenset(json.loads(scopes)))
+            # Due for its last-used stamp (once a minute): the write goes through the engine.
         async with self.store.session() as session:
-            row = await session.get(ApiTokenRow, ident)
-            if row is None or not tokens_equal(token, row.token_hash):
+            orm_row = await session.get(ApiTokenRow, ident)
+            if orm_row is None or not tokens_equal(token, orm_row.token_hash):
                 return None
-            if row.revoked_at is not None or (row.expires_at is not None and row.expires_at <= now):
+            expired = orm_row.expires_at is not None and orm_row.expires_at <= now
+            if orm_row.revoked_at is not None or expired:
                 return None
-            if row.last_used_at is None or now - row.last_used_at > _TOUCH_EVERY_S:
-                row.last_used_at = now
-            return Principal(token_id=row.id, name=row.name, scopes=frozenset(row.scopes))
+            if orm_row.last_used_at is None or now - orm_row.last_used_at > _TOUCH_EVERY_S:
+                orm_row.last_used_at = now
+            return Principal(token_id=orm_row.id, name=orm_row.name, scopes=frozenset(orm_row.scopes))
+
+    def _read_token_row(self, ident: str) -> tuple[Any, ...] | None:
+        """The token's row read directly from a SQLite file store; None when there is no such row,
+        the store is not a SQLite file, or the read failed (the caller then asks the engine, which
+        also reports a store that is away)."""
+        db = self._lookup_db()
+        if db is None:
+            return None
+        try:
+            row = db.execute(_TOKEN_ROW, (ident,)).fetchone()
+        except (sqlite3.Error, ValueError, TypeError) as exc:
+            log.debug("token lookup through the engine for a while (%s)", exc)
+            self._close_lookup()
+            self._lookup_retry_at = time.monotonic() + _LOOKUP_RETRY_S
+            return None
+        return tuple(row) if row is not None else None
+
+    def _lookup_db(self) -> sqlite3.Connection | None:
+        if self._lookup is not None or time.monotonic() < self._lookup_retry_at:
+            return self._lookup
+        url = self.store.engine.url
+        database = url.database
+        if not url.drivername.startswith("sqlite") or not database or database == ":memory:":
+            self._lookup_retry_at = float("inf")  # not a SQLite file: always the engine
+            return None
+        try:
+            # Read-only, autocommit: each SELECT sees the latest commit of any process (WAL).
+            self._lookup = sqlite3.connect(
+                f"file:{database}?mode=ro", uri=True, isolation_level=None, timeout=_LOOKUP_BUSY_MS / 1000
+            )
+        except sqlite3.Error as exc:
+            log.debug("no direct token lookup on %s (%s)", database, exc)
+            self._lookup_retry_at = time.monotonic() + _LOOKUP_RETRY_S
+        return self._lookup
+
+    def _close_lookup(self) -> None:
+        if self._lookup is not None:
+            self._lookup.close()
+            self._lookup = None
 
     async def list_api_tokens(self) -> list[ApiTokenRow]:
         async with self.store.session() as session:
