@@ -45,6 +45,10 @@ __all__ = ["HubBus", "MessageTooLargeError"]
 
 log = logging.getLogger("edgeplane.hub.bus")
 
+# Registrations handled at once (each waits for its batch's transaction in the hub); beyond this
+# the server's pending queue holds them: a storm is admitted at a bounded pace, not all at once.
+REGISTER_IN_FLIGHT = 256
+
 
 class MessageTooLargeError(EdgeplaneError):
     """A message larger than the connection's ``max_payload``: it can never be sent as it is."""
@@ -100,6 +104,8 @@ class HubBus:
         # Per connection: since when it has been up without a break (None: down now).
         self._up_since: dict[str, float | None] = {}
         self.started_at = 0.0
+        self._register_slots: asyncio.Semaphore | None = None
+        self._registering: set[asyncio.Task[None]] = set()
 
     def _agent_handlers(self) -> AgentHandlers:
         if self._handlers is None:  # subscriptions are only made in start(), which sets them
@@ -127,6 +133,7 @@ class HubBus:
     async def start(self, handlers: AgentHandlers, *, connect_within_s: float = 30.0) -> None:
         """Connect to every cluster's server and hand agents' messages to ``handlers``."""
         self._handlers = handlers
+        self._register_slots = asyncio.Semaphore(REGISTER_IN_FLIGHT)
         loop = asyncio.get_running_loop()
         self.started_at = loop.time()
         registered: set[tuple[str, str]] = set()
@@ -150,7 +157,7 @@ class HubBus:
             register_all = f"{subjects.prefix}.*.node.*.register"
             if (url, register_all) not in registered:
                 registered.add((url, register_all))
-                await nc.subscribe(register_all, cb=self._handle_register)
+                await nc.subscribe(register_all, cb=self._take_register)
             await nc.subscribe(subjects.agent_wildcard("heartbeat"), cb=self._handle_heartbeat)
             await nc.subscribe(subjects.agent_wildcard("report"), cb=self._handle_report)
         for nc in self._conns.values():
@@ -202,6 +209,8 @@ class HubBus:
             except Exception:  # closing anyway; drain fails on a dead connection
                 await nc.close()
         self._conns.clear()
+        for task in list(self._registering):  # their replies have nowhere to go now
+            task.cancel()
 
     async def send_command(self, cluster: str, node: str, command: CommandV1) -> CommandAckV1 | None:
         """Deliver a command and wait for the agent's ack; None when nobody answered in time.
@@ -294,6 +303,23 @@ class HubBus:
                 await msg.respond(encode(payload))
             except Exception as exc:
                 log.debug("could not reply on %s: %s", msg.subject, exc)
+
+    async def _take_register(self, msg: Msg) -> None:
+        """The subscription's callback: nats-py awaits it before the next message, so each
+        registration runs in a task of its own, up to ``REGISTER_IN_FLIGHT`` at once (the hub
+        writes those waiting together in one transaction)."""
+        slots = self._register_slots
+        if slots is None:
+            raise RuntimeError("the hub bus delivers agent messages only after start()")
+        await slots.acquire()
+        task = asyncio.create_task(self._handle_register(msg))
+        self._registering.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._registering.discard(finished)
+            slots.release()
+
+        task.add_done_callback(done)
 
     async def _handle_register(self, msg: Msg) -> None:
         node = Subjects.node_from_subject(msg.subject)

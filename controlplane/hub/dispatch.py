@@ -22,9 +22,9 @@ from edgeplane_contract.messages import CommandAckV1, CommandV1
 
 from controlplane.bus.hub_bus import HubBus, MessageTooLargeError
 from controlplane.hub.nodes import NodeLive
-from controlplane.hub.spec import WorkloadSpec
+from controlplane.hub.spec_cache import SpecCache
 from controlplane.store import queries
-from controlplane.store.models import PlacementRow, WorkloadRow
+from controlplane.store.models import PlacementRow
 from controlplane.store.store import Store
 
 __all__ = ["AckEffect", "Dispatcher", "Sent", "ack_effect"]
@@ -75,12 +75,15 @@ class Dispatcher:
         *,
         resend_after_s: float,
         store: Store | None = None,
+        specs: SpecCache | None = None,
     ) -> None:
-        """``store``: where a stopped stale copy is recorded (a ``StaleCopyStopped`` event)."""
+        """``store``: where a stopped stale copy is recorded (a ``StaleCopyStopped`` event);
+        ``specs``: the hub's parsed workload specs."""
         self.bus = bus
         self.nodes = nodes
         self.resend_after_s = resend_after_s
         self.store = store
+        self.specs = specs or SpecCache()
         self._last_sent: dict[str, float] = {}
         self._background: set[asyncio.Task[object]] = set()
         self._stale_noted: OrderedDict[str, None] = OrderedDict()
@@ -90,11 +93,13 @@ class Dispatcher:
 
     async def due(self, s: AsyncSession) -> list[tuple[PlacementRow, CommandV1]]:
         """Run commands not yet acknowledged, then stop commands, whose last send is older than
-        the ack timeout, for placements on Ready nodes; each is marked sent now."""
+        the ack timeout, for placements on Ready nodes; each is marked sent now. Only the
+        placements with a command to send are read; specs come parsed from ``specs``."""
         now = asyncio.get_running_loop().time()
         runs: list[tuple[PlacementRow, CommandV1]] = []
         stops: list[tuple[PlacementRow, CommandV1]] = []
-        for placement in await queries.active_placements(s):
+        want_run: list[PlacementRow] = []
+        for placement in await queries.unsent_placements(s):
             live = self.nodes.get(placement.node)
             if live is None or live.status != "Ready":
                 continue
@@ -102,25 +107,22 @@ class Dispatcher:
                 if self._due(placement.stop_command_id, now, self.resend_after_s):
                     stops.append((placement, _stop(placement.stop_command_id, placement)))
             elif not placement.acked and not placement.stop_command_id:
-                if not self._due(placement.command_id, now, self.resend_after_s):
-                    continue
-                workload = await s.get(WorkloadRow, placement.workload_id)
-                if workload is None:
-                    continue
-                gpus = [int(i) for i in placement.assignment.get("gpu_indices", [])]
-                spec = WorkloadSpec.from_stored(workload.spec).run_spec(gpu_indices=gpus)
-                runs.append(
-                    (
-                        placement,
-                        CommandV1(
-                            command_id=placement.command_id,
-                            kind="run",
-                            placement_id=placement.id,
-                            workload_id=placement.workload_id,
-                            spec=spec,
-                        ),
-                    )
-                )
+                if self._due(placement.command_id, now, self.resend_after_s):
+                    want_run.append(placement)
+        specs = await self.specs.load(s, [p.workload_id for p in want_run]) if want_run else {}
+        for placement in want_run:
+            spec = specs.get(placement.workload_id)
+            if spec is None:
+                continue
+            gpus = [int(i) for i in placement.assignment.get("gpu_indices", [])]
+            command = CommandV1(
+                command_id=placement.command_id,
+                kind="run",
+                placement_id=placement.id,
+                workload_id=placement.workload_id,
+                spec=spec.run_spec(gpu_indices=gpus),
+            )
+            runs.append((placement, command))
         for _, command in runs + stops:
             self._last_sent[command.command_id] = now
         return runs + stops

@@ -39,8 +39,12 @@ class FrameworkPlacer:
     ) -> None:
         self.scheduler = Scheduler(profile, federation, recorder=recorder)
         self.nodes: dict[str, PlacementNode] = {}
+        # Moves whenever a placement that failed could now succeed (capacity released, a node's
+        # state changed): the hub tries a workload no node fitted again only then.
+        self.generation = 0
 
     def upsert_node(self, node: PlacementNode) -> None:
+        self.generation += 1
         self.nodes[node.name] = node
         self.scheduler.upsert_node(self._state(node))
 
@@ -72,6 +76,7 @@ class FrameworkPlacer:
 
     def set_node_ready(self, name: str, ready: bool) -> None:
         if name in self.nodes:
+            self.generation += 1
             self.nodes[name].ready = ready
             self.scheduler.set_node_ready(name, ready)
 
@@ -79,6 +84,7 @@ class FrameworkPlacer:
         node = self.nodes.get(name)
         if node is None:
             return
+        self.generation += 1
         node.power_source = power_source
         node.battery_percent = battery_percent
         self.scheduler.upsert_node(self._state(node))
@@ -112,6 +118,7 @@ class FrameworkPlacer:
         return data
 
     def release(self, workload_id: str, replica: int) -> None:
+        self.generation += 1
         self.scheduler.release(workload_id, replica)
 
     def reserve_existing(

@@ -37,9 +37,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from edgeplane_contract.messages import RuntimeObservation
 
 from controlplane.hub.placement import Placer
-from controlplane.hub.spec import WorkloadSpec
+from controlplane.hub.spec_cache import SpecCache
 from controlplane.scheduling.interference import KNEE_GRID, InterferenceEstimate
-from controlplane.store.models import PlacementRow, RuntimeObservationRow, WorkloadRow
+from controlplane.store.models import PlacementRow, RuntimeObservationRow
 
 __all__ = ["DEFAULT_KEEP", "OUTCOMES", "QUIET_SHARE", "InterferenceLearning", "quiet"]
 
@@ -73,9 +73,11 @@ class InterferenceLearning:
     """Stores observations and feeds them to ``placer``; see the module docstring. Its methods run
     inside the hub's lock (``record`` in the caller's transaction, then ``commit`` or ``discard``)."""
 
-    def __init__(self, placer: Placer, *, keep: int = DEFAULT_KEEP) -> None:
+    def __init__(self, placer: Placer, *, keep: int = DEFAULT_KEEP, specs: SpecCache | None = None) -> None:
+        """``specs``: the hub's parsed workload specs (a success reads its workload's)."""
         self.placer = placer
         self.keep = keep
+        self.specs = specs or SpecCache()
         self.outcomes: Counter[str] = Counter({outcome: 0 for outcome in OUTCOMES})
         self._pending: list[_Feed] = []
         self._estimate: InterferenceEstimate | None = None
@@ -116,19 +118,20 @@ class InterferenceLearning:
         known = await s.scalar(
             select(RuntimeObservationRow.id).where(RuntimeObservationRow.placement_id == placement.id)
         )
-        workload = await s.get(WorkloadRow, placement.workload_id)
-        if known is not None or workload is None:
+        if known is not None:
             return
-        spec = WorkloadSpec.from_stored(workload.spec)
+        spec = (await self.specs.load(s, [placement.workload_id])).get(placement.workload_id)
+        if spec is None:
+            return
         kind = spec.scheduler_kind()
         expected = spec.expected_runtime_s
         if expected is None:
-            expected = await self._baseline(s, workload.name, kind)
+            expected = await self._baseline(s, spec.name, kind)
         seconds = list(observation.load_seconds)
         row = RuntimeObservationRow(
             placement_id=placement.id,
-            workload_id=workload.id,
-            workload_name=workload.name,
+            workload_id=placement.workload_id,
+            workload_name=spec.name,
             kind=kind,
             node=placement.node,
             runtime_s=observation.runtime_s,

@@ -11,7 +11,9 @@ held for the cluster's eviction grace. The hub applies these rules (``hub.servic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import heapq
+import itertools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from controlplane.federation.config import ClusterConfig
@@ -19,6 +21,7 @@ from controlplane.hub.nodes import NodeLive
 
 __all__ = [
     "STALL_SHARE",
+    "LeaseClock",
     "LeaseScan",
     "PartitionFinding",
     "hearing_after",
@@ -57,6 +60,65 @@ def scan_leases(nodes: Iterable[NodeLive], now: float, hearing_since: HearingSin
         elif now - max(live.last_seen, since) > live.lease_s:
             scan.expired.append(live)
     return scan
+
+
+class LeaseClock:
+    """Ready nodes by the earliest moment their lease could run out, for ``scan_leases`` at the
+    cost of the nodes whose moment came rather than of the whole fleet.
+
+    A heap with one live entry per watched node; a heartbeat does not touch it (the node's
+    ``last_seen`` only moves its expiry later). :meth:`due` pops the entries due by now and applies
+    ``scan_leases``' rule to each: silent beyond its lease -> expired (no longer watched), else
+    pushed back at its new earliest expiry. :meth:`arm` (re)starts watching a node whose expiry may
+    have moved earlier: a registration (a new lease), a return to Ready, the hub's start.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, str]] = []
+        self._entry: dict[str, int] = {}  # node -> the token of its live entry (others are stale)
+        self._tokens = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._entry)
+
+    def arm(self, live: NodeLive) -> None:
+        """Watch ``live`` from its last word plus its lease (replaces an earlier entry)."""
+        self._push(live.name, live.last_seen + live.lease_s)
+        if len(self._heap) > 4 * len(self._entry) + 64:  # stale entries of re-armed nodes
+            self._heap = [e for e in self._heap if self._entry.get(e[2]) == e[1]]
+            heapq.heapify(self._heap)
+
+    def _push(self, name: str, deadline: float) -> None:
+        token = next(self._tokens)
+        self._entry[name] = token
+        heapq.heappush(self._heap, (deadline, token, name))
+
+    def due(self, nodes: Mapping[str, NodeLive], now: float, hearing_since: HearingSince) -> LeaseScan:
+        """``scan_leases`` over the watched nodes whose earliest expiry is before ``now``."""
+        scan = LeaseScan()
+        heap = self._heap
+        while heap and heap[0][0] < now:
+            _, token, name = heapq.heappop(heap)
+            if self._entry.get(name) != token:
+                continue  # replaced by a later arm()
+            live = nodes.get(name)
+            if live is None or live.status != "Ready":
+                del self._entry[name]  # armed again when it is Ready again
+                continue
+            since = hearing_since(live.cluster)
+            if since is None:
+                scan.deaf.add(live.cluster)
+                # Nothing expires while the hub is deaf; once it hears again, a full lease.
+                deadline = now + live.lease_s
+            elif now - max(live.last_seen, since) > live.lease_s:
+                scan.expired.append(live)
+                del self._entry[name]
+                continue
+            else:
+                deadline = max(live.last_seen, since) + live.lease_s
+            # max(): an entry pushed back never comes due again in this same pass.
+            self._push(name, max(deadline, now))
+        return scan
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,22 +5,55 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 import uuid
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.orm import defer
 
 from controlplane.hub.bidding import BidOutcome, run_bid_round
 from controlplane.hub.lifecycle import missing_replicas
-from controlplane.hub.placement import Placer, ReplicaChoice
+from controlplane.hub.placement import PlacementOutcome, Placer, ReplicaChoice
 from controlplane.hub.registry import NodeRegistry
 from controlplane.hub.spec import WorkloadSpec
+from controlplane.hub.spec_cache import SpecCache
 from controlplane.hub.workloads import PlacementBook
 from controlplane.observe.hub import HubMetrics
 from controlplane.scheduling.explanation import BidRound
+from controlplane.scheduling.model import PLACEMENT_TERMS
 from controlplane.store import queries
 from controlplane.store.models import PlacementRow, WorkloadRow
 from controlplane.store.store import Store
 
-__all__ = ["PlacementRound"]
+__all__ = ["RETRY_ALL_S", "PlacementRound"]
+
+log = logging.getLogger("edgeplane.hub")
+
+# How often every pending workload is handed to the scheduler again even though the placer's
+# capacity did not change (a safety net: the scheduler may weigh what its generation misses).
+RETRY_ALL_S = 2.0
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What a round does for one pending workload."""
+
+    workload_id: str
+    spec: WorkloadSpec
+    outcome: PlacementOutcome
+    attempts: dict[int, int] = field(default_factory=dict)  # replica -> its latest attempt
+    refresh: bool = False  # nothing to place: only its status is worked out again
+    write: bool = False  # something to write (placements, victims, a status or a new message)
+    placed: list[str] = field(default_factory=list)  # ids of the placements written
+
+
+def _shape(spec: WorkloadSpec, missing: list[int]) -> tuple[object, ...]:
+    """What the scheduler's answer for a fresh workload depends on, besides its id and name (the
+    placement terms, its kind and run time, the replicas asked for)."""
+    terms = tuple(repr(getattr(spec, term)) for term in PLACEMENT_TERMS)
+    return (*terms, spec.kind, spec.timeout_s, spec.expected_runtime_s, tuple(missing))
 
 
 class PlacementRound:
@@ -36,6 +69,7 @@ class PlacementRound:
         *,
         bid_deadline_ms: float,
         metrics: HubMetrics,
+        specs: SpecCache | None = None,
     ) -> None:
         self.store = store
         self.placer = placer
@@ -44,82 +78,175 @@ class PlacementRound:
         self._active = active
         self.bid_deadline_ms = bid_deadline_ms
         self.metrics = metrics
+        self.specs = specs or SpecCache()
+        # Workloads no node fitted: id -> (the placer's generation then, their replicas).
+        self._unplaceable: dict[str, tuple[int | None, int]] = {}
+        self._retried_all_at = float("-inf")
 
     async def place_pending(self) -> None:
-        """Place the missing replicas of pending workloads (up to 200 a round), one transaction per
-        workload: the bid round waits on the network between the read and the write, never
-        inside a write transaction (SQLite's one writer lock would stall every other writer:
-        invocation records, reports, the API)."""
+        """Place the missing replicas of pending workloads (up to 200 a round) in three steps: one
+        read of the pending workloads and their placements, the scheduler and the bid rounds in
+        memory (all bid rounds of the round at once), one write transaction for every placement
+        made. The bid rounds wait on the network between the read and the write, never inside a
+        write transaction (SQLite's one writer lock would stall every other writer: invocation
+        records, reports, the API).
+
+        A round's cost follows what changed: a workload no node fitted is not tried again until
+        the placer's capacity changed (a release, a node's state) or ``RETRY_ALL_S`` passed, and
+        of new workloads with the same placement terms only the first is handed to the scheduler
+        once one of them found no node in this round."""
+        generation = getattr(self.placer, "generation", None)
+        now = time.monotonic()
+        retry_all = generation is None or now - self._retried_all_at >= RETRY_ALL_S
+        if retry_all:
+            self._retried_all_at = now
+            self._unplaceable.clear()
         async with self.store.session() as s:
-            pending = [w.id for w in await queries.pending_workloads(s, limit=200)]
-        unplaced = 0  # replicas this round found no node for: they wait for capacity
-        for workload_id in pending:
-            unplaced += await self._place(workload_id)
+            heads = await queries.pending_heads(s, limit=200)
+            skipped = [h for h in heads if self._unplaceable.get(h.id) == (generation, h.replicas)]
+            tried = [h for h in heads if self._unplaceable.get(h.id) != (generation, h.replicas)]
+            ids = [h.id for h in tried]
+            placements = await queries.placements_of_many(s, ids)
+            specs = await self.specs.load(s, ids)
+        unplaced = sum(h.replicas for h in skipped)  # an upper bound: they wait for capacity
+        plans: list[_Plan] = []
+        failed_shapes: dict[tuple[object, ...], str] = {}
+        for head in tried:
+            spec = specs.get(head.id)
+            if spec is None:
+                continue
+            have = placements[head.id]
+            missing = missing_replicas(head.replicas, have)
+            if not missing:
+                plans.append(_Plan(head.id, spec, PlacementOutcome(), refresh=True, write=True))
+                continue
+            shape = _shape(spec, missing) if not have else None
+            if shape is not None and shape in failed_shapes:
+                # The same terms found no node a moment ago in this round: nor would these.
+                outcome = PlacementOutcome(unschedulable_reason=failed_shapes[shape])
+            else:
+                outcome = self.placer.place(head.id, spec, missing)
+            if not outcome.choices and not outcome.victims:
+                self._unplaceable[head.id] = (generation, head.replicas)
+                if shape is not None:
+                    failed_shapes[shape] = outcome.unschedulable_reason
+            unplaced += len(missing) - len(outcome.choices)
+            # Attempts so far per replica (the hub's lock is held: none is added meanwhile).
+            attempts = {p.replica: p.attempt for p in sorted(have, key=lambda p: p.attempt)}
+            reason = outcome.unschedulable_reason
+            write = bool(outcome.choices or outcome.victims or (reason and reason != head.message))
+            plans.append(_Plan(head.id, spec, outcome, attempts, write=write))
+        if self.bid_deadline_ms > 0:
+            await self._bid(plans)
+        plans = [plan for plan in plans if plan.write]
+        if plans:
+            try:
+                await self._write(plans)
+            except BaseException:
+                # Nothing was written: give back what the placer reserved (placed again later).
+                for plan in plans:
+                    for choice in plan.outcome.choices:
+                        self.placer.release(plan.workload_id, choice.replica)
+                    for placement_id in plan.placed:
+                        self._active.pop(placement_id, None)
+                raise
         self.metrics.scheduler.set_pending("unschedulable", unplaced)
 
-    async def _place(self, workload_id: str) -> int:
-        """Place one workload's missing replicas; how many found no node."""
+    async def _bid(self, plans: list[_Plan]) -> None:
+        """Every replica placed this round offered to its candidates' local policies at once: one
+        deadline for the whole round; each move after its bid round is synchronous (no
+        interleaving). A workload whose bid rounds failed gives its replicas back (placed again
+        in a later round)."""
+        bidding = [plan for plan in plans if plan.outcome.choices]
+        if not bidding:
+            return
+        results = await asyncio.gather(
+            *(
+                asyncio.gather(
+                    *(self._with_bids(plan.workload_id, plan.spec, c) for c in plan.outcome.choices)
+                )
+                for plan in bidding
+            ),
+            return_exceptions=True,
+        )
+        for plan, result in zip(bidding, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning(
+                    "bid round of workload %s failed: %s; placed again later", plan.workload_id, result
+                )
+                for choice in plan.outcome.choices:
+                    self.placer.release(plan.workload_id, choice.replica)
+                plan.outcome.choices = []
+                plan.outcome.unschedulable_reason = ""
+            else:
+                plan.outcome.choices = list(result)
+
+    async def _write(self, plans: list[_Plan]) -> None:
+        """One transaction for the round: the placements made, their events, the workloads'
+        new status and messages."""
+        ids = [plan.workload_id for plan in plans]
         async with self.store.session() as s:
-            workload = await s.get(WorkloadRow, workload_id)
-            if workload is None or workload.status != "Pending" or workload.cancel_requested:
-                return 0
-            placements = await queries.placements_of(s, workload_id)
-            missing = missing_replicas(workload.replicas, placements)
-            if not missing:
-                await self.book.refresh_workload(s, workload_id)
-                return 0
-            spec = WorkloadSpec.from_stored(workload.spec)
-            # Attempts so far per replica (the hub's lock is held: none is added meanwhile).
-            attempts = {p.replica: p.attempt for p in sorted(placements, key=lambda p: p.attempt)}
-        outcome = self.placer.place(workload_id, spec, missing)
-        unplaced = len(missing) - len(outcome.choices)
-        if self.bid_deadline_ms > 0 and outcome.choices:
-            # One deadline for all replicas of the workload, not one each: the rounds wait on the
-            # network together; each move after its round is synchronous (no interleaving).
-            outcome.choices = list(
-                await asyncio.gather(*(self._with_bids(workload_id, spec, c) for c in outcome.choices))
-            )
-        async with self.store.session() as s:
-            workload = await s.get(WorkloadRow, workload_id)
-            assert workload is not None  # the hub's lock is held: nothing deletes it meanwhile
+            workloads = {
+                w.id: w
+                for w in await s.scalars(
+                    select(WorkloadRow)
+                    .where(WorkloadRow.id.in_(ids))
+                    .options(defer(WorkloadRow.spec, raiseload=True))  # parsed once: self.specs
+                )
+            }
+            existing = await queries.placements_of_many(s, ids)
             now = time.time()
-            for choice in outcome.choices:
-                attempt = attempts.get(choice.replica, 0) + 1
-                placement = PlacementRow(
-                    id=uuid.uuid4().hex,
-                    workload_id=workload_id,
-                    replica=choice.replica,
-                    attempt=attempt,
-                    node=choice.node,
-                    cluster=choice.cluster,
-                    status="Scheduled",
-                    command_id=uuid.uuid4().hex,
-                    assignment=choice.assignment,
-                    explanation=choice.explanation.to_dict(),
-                    scheduled_at=now,
-                    updated_at=now,
-                )
-                s.add(placement)
-                self._active[placement.id] = (workload_id, choice.replica, choice.node)
-                Store.add_event(
-                    s,
-                    "PlacementScheduled",
-                    "workload",
-                    workload_id,
-                    f"replica {choice.replica} -> {choice.node} (attempt {attempt})",
-                    {"node": choice.node, "replica": choice.replica},
-                )
-            if outcome.victims:
-                await self.book.preempt(s, outcome.victims, by=workload)
-            if outcome.choices:
-                await s.flush()
-                workload.message = outcome.unschedulable_reason
-                await self.book.refresh_workload(s, workload_id)
-            elif outcome.unschedulable_reason and workload.message != outcome.unschedulable_reason:
-                workload.message = outcome.unschedulable_reason
-                workload.updated_at = now
-                Store.add_event(s, "FailedScheduling", "workload", workload_id, outcome.unschedulable_reason)
-        return unplaced
+            for plan in plans:
+                workload = workloads.get(plan.workload_id)
+                if workload is None:  # the hub's lock is held: nothing deletes it meanwhile
+                    continue
+                outcome = plan.outcome
+                placements = existing[plan.workload_id]
+                for choice in outcome.choices:
+                    attempt = plan.attempts.get(choice.replica, 0) + 1
+                    placement = PlacementRow(
+                        id=uuid.uuid4().hex,
+                        workload_id=plan.workload_id,
+                        replica=choice.replica,
+                        attempt=attempt,
+                        node=choice.node,
+                        cluster=choice.cluster,
+                        status="Scheduled",
+                        command_id=uuid.uuid4().hex,
+                        assignment=choice.assignment,
+                        explanation=choice.explanation.to_dict(),
+                        scheduled_at=now,
+                        updated_at=now,
+                        acked=False,
+                        stop_acked=False,
+                        restarts=0,
+                        message="",
+                    )
+                    s.add(placement)
+                    placements.append(placement)
+                    self._active[placement.id] = (plan.workload_id, choice.replica, choice.node)
+                    plan.placed.append(placement.id)
+                    Store.add_event(
+                        s,
+                        "PlacementScheduled",
+                        "workload",
+                        plan.workload_id,
+                        f"replica {choice.replica} -> {choice.node} (attempt {attempt})",
+                        {"node": choice.node, "replica": choice.replica},
+                    )
+                if outcome.victims:
+                    await self.book.preempt(s, outcome.victims, by=workload)
+                if outcome.choices or plan.refresh:
+                    if outcome.choices:
+                        workload.message = outcome.unschedulable_reason
+                    placements.sort(key=lambda p: (p.replica, p.attempt))
+                    self.book.apply_verdict(s, workload, placements)
+                elif outcome.unschedulable_reason and workload.message != outcome.unschedulable_reason:
+                    workload.message = outcome.unschedulable_reason
+                    workload.updated_at = now
+                    Store.add_event(
+                        s, "FailedScheduling", "workload", plan.workload_id, outcome.unschedulable_reason
+                    )
 
     def _count_bids(self, result: BidOutcome) -> None:
         asked = [row for row in result.rows if row.asked]

@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
+from sqlalchemy import Table, bindparam, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from edgeplane_contract.messages import HeartbeatV1, RegisterV1, Telemetry, valid_token
 
 from controlplane.bus.hub_bus import HubBus
 from controlplane.federation.config import FederationConfig
+from controlplane.hub.leases import LeaseClock
 from controlplane.hub.nodes import NodeLive
 from controlplane.hub.placement import PlacementNode
 from controlplane.hub.registration import (
@@ -38,6 +40,25 @@ __all__ = ["NodeRegistry", "placement_node"]
 
 # At most one RegistrationRefused event per node and rule in this many seconds.
 REFUSAL_EVENT_EVERY_S = 60.0
+# Heartbeats fold into the live view; their telemetry reaches the node rows at most this often
+# (one batched UPDATE), or at the next round when a node's power source or battery changed.
+FLUSH_EVERY_S = 1.0
+# A large fleet's rows are written less often: at most about this many rows a second.
+FLUSH_ROWS_PER_S = 2000
+
+_NODES = cast(Table, NodeRow.__table__)
+# One statement for the whole batch (executemany): the ORM's unit of work per row is pure overhead.
+_FLUSH_HEARTBEATS = (
+    update(_NODES)
+    .where(_NODES.c.name == bindparam("b_name"))
+    .values(
+        telemetry=bindparam("b_telemetry"),
+        power_source=bindparam("b_power_source"),
+        battery_percent=bindparam("b_battery_percent"),
+        last_heartbeat_at=bindparam("b_last_heartbeat_at"),
+        updated_at=bindparam("b_updated_at"),
+    )
+)
 
 
 class NodeRegistry:
@@ -60,6 +81,15 @@ class NodeRegistry:
         self.limits = limits
         self.require_enrolment = require_enrolment
         self.nodes: dict[str, NodeLive] = {}
+        # The Ready nodes by when their lease could run out (``leases.LeaseClock``).
+        self.leases = LeaseClock()
+        # Clusters of every node in ``nodes`` (a node is only added by load() and register()).
+        self.clusters_seen: set[str] = set()
+        # The shortest lease any node was ever given: a lower bound for ``leases.stall_matters``.
+        self.shortest_lease_s = float("inf")
+        self._dirty: set[str] = set()  # nodes heard since the last flush
+        self._urgent = False  # a power change waits for the next round, not FLUSH_EVERY_S
+        self._flushed_at = float("-inf")
         # (node, rule) -> when its last RegistrationRefused event was written (enrolled nodes only).
         self._refusal_events: dict[tuple[str, str], float] = {}
 
@@ -77,7 +107,7 @@ class NodeRegistry:
                 row.updated_at = now
         rows = await queries.all_nodes(s)
         for node in rows:
-            self.nodes[node.name] = NodeLive(
+            self._track(NodeLive(
                 name=node.name,
                 cluster=node.cluster,
                 status=node.status,
@@ -88,8 +118,16 @@ class NodeRegistry:
                 power_source=node.power_source,
                 battery_percent=node.battery_percent,
                 last_heartbeat_at=node.last_heartbeat_at,
-            )
+            ))  # fmt: skip
         return rows
+
+    def _track(self, live: NodeLive) -> None:
+        """``live`` replaces what the registry knew of its node; its lease is watched if Ready."""
+        self.nodes[live.name] = live
+        self.clusters_seen.add(live.cluster)
+        self.shortest_lease_s = min(self.shortest_lease_s, live.lease_s)
+        if live.status == "Ready":
+            self.leases.arm(live)
 
     async def refusal(self, node_name: str, msg: RegisterV1) -> str | None:
         """Why a registration is refused (None: admitted so far): a subject that names another
@@ -196,43 +234,59 @@ class NodeRegistry:
         row.heartbeat_interval_s = msg.heartbeat_interval_s
         row.last_heartbeat_at = now
         row.updated_at = now
-        self.nodes[name] = NodeLive(
-            name=name,
-            cluster=msg.cluster,
-            status="Ready",
-            boot_id=msg.boot_id,
-            lease_s=msg.heartbeat_interval_s * self.lease_missed_heartbeats,
-            last_seen=asyncio.get_running_loop().time(),
-            telemetry=telemetry,
-            power_source=power_source,
-            battery_percent=battery,
-            last_heartbeat_at=now,
+        self._track(
+            NodeLive(
+                name=name,
+                cluster=msg.cluster,
+                status="Ready",
+                boot_id=msg.boot_id,
+                lease_s=msg.heartbeat_interval_s * self.lease_missed_heartbeats,
+                last_seen=asyncio.get_running_loop().time(),
+                telemetry=telemetry,
+                power_source=power_source,
+                battery_percent=battery,
+                last_heartbeat_at=now,
+            )
         )
         return row, previous_boot
 
-    @staticmethod
-    def heard(live: NodeLive, msg: HeartbeatV1) -> bool:
-        """Note a heartbeat of a known node; True when its power source or battery changed."""
-        live.last_seen = asyncio.get_running_loop().time()
-        live.last_heartbeat_at = time.time()
-        live.telemetry = telemetry_dict(msg.telemetry)
-        changed = (live.power_source, live.battery_percent) != (
-            msg.telemetry.power_source,
-            msg.telemetry.battery_percent,
+    def heard(self, live: NodeLive, msg: HeartbeatV1, now: float, wall: float) -> bool:
+        """Note a heartbeat of a known node (``now``: loop time, ``wall``: time.time()), in memory
+        only (``flush`` writes it); True when its power source or battery changed."""
+        live.last_seen = now
+        live.last_heartbeat_at = wall
+        telemetry = msg.telemetry
+        live.telemetry = telemetry_dict(telemetry)
+        changed = (
+            live.power_source != telemetry.power_source or live.battery_percent != telemetry.battery_percent
         )
-        live.power_source = msg.telemetry.power_source
-        live.battery_percent = msg.telemetry.battery_percent
+        if changed:
+            live.power_source = telemetry.power_source
+            live.battery_percent = telemetry.battery_percent
+            self._urgent = True
         live.dirty = True
+        self._dirty.add(live.name)
         return changed
 
     async def set_status(self, s: AsyncSession, live: NodeLive, status: str, why: str) -> None:
         live.status = status
+        if status == "Ready":
+            self.leases.arm(live)
         row = await s.get(NodeRow, live.name)
         if row is not None:
             row.status = status
             row.updated_at = time.time()
         Store.add_event(s, f"Node{status}", "node", live.name, why)
         await self.refresh_clusters(s)
+
+    async def cluster_has_ready_node(self, s: AsyncSession, cluster: str) -> None:
+        """What ``refresh_clusters`` concludes once a node of ``cluster`` is Ready (it is Available,
+        whatever the others are) without a pass over every node: for registrations."""
+        row = await s.get(ClusterRow, cluster)
+        if row is not None and row.status != "Available":
+            row.status = "Available"
+            row.updated_at = time.time()
+            Store.add_event(s, "ClusterAvailable", "cluster", cluster)
 
     async def refresh_clusters(self, s: AsyncSession) -> None:
         """A cluster is Available with a Ready node, Unavailable with none, Unknown when empty."""
@@ -247,22 +301,44 @@ class NodeRegistry:
                 row.updated_at = time.time()
                 Store.add_event(s, f"Cluster{status}", "cluster", cluster.name)
 
-    async def flush(self, store: Store) -> None:
-        """Write what heartbeats changed (telemetry, power) into the node rows."""
-        dirty = [n for n in self.nodes.values() if n.dirty]
-        if not dirty:
+    async def flush(self, store: Store, *, force: bool = False) -> None:
+        """Write what heartbeats changed (telemetry, power) into the node rows: one batched UPDATE,
+        at most every ``FLUSH_EVERY_S`` unless a power source or battery changed (or ``force``)."""
+        if not self._dirty:
             return
-        async with store.session() as s:
-            for live in dirty:
-                row = await s.get(NodeRow, live.name)
-                if row is None:
-                    continue
-                row.telemetry = live.telemetry
-                row.power_source = live.power_source
-                row.battery_percent = live.battery_percent
-                row.last_heartbeat_at = live.last_heartbeat_at
-                row.updated_at = time.time()
-                live.dirty = False
+        mono = time.monotonic()
+        every_s = max(FLUSH_EVERY_S, len(self._dirty) / FLUSH_ROWS_PER_S)
+        if not (force or self._urgent or mono - self._flushed_at >= every_s):
+            return
+        # Taken before the write: heartbeats heard while it runs belong to the next batch.
+        names, self._dirty = self._dirty, set()
+        urgent, self._urgent = self._urgent, False
+        batch = [live for name in names if (live := self.nodes.get(name)) is not None and live.dirty]
+        now = time.time()
+        params = [
+            {
+                "b_name": live.name,
+                "b_telemetry": live.telemetry,
+                "b_power_source": live.power_source,
+                "b_battery_percent": live.battery_percent,
+                "b_last_heartbeat_at": live.last_heartbeat_at,
+                "b_updated_at": now,
+            }
+            for live in batch
+        ]
+        for live in batch:
+            live.dirty = False
+        try:
+            if params:
+                async with store.session() as s:
+                    await s.execute(_FLUSH_HEARTBEATS, params)
+        except BaseException:  # not written: dirty again, for the next round
+            for live in batch:
+                live.dirty = True
+            self._dirty |= {live.name for live in batch}
+            self._urgent = self._urgent or urgent
+            raise
+        self._flushed_at = mono
 
 
 def placement_node(row: NodeRow, federation: FederationConfig) -> PlacementNode:
@@ -289,4 +365,18 @@ def placement_node(row: NodeRow, federation: FederationConfig) -> PlacementNode:
 
 
 def telemetry_dict(telemetry: Telemetry | None) -> dict[str, Any]:
-    return {} if telemetry is None else asdict(telemetry)
+    """``asdict(telemetry)``, without its deep copy of every field (a heartbeat's hot path)."""
+    if telemetry is None:
+        return {}
+    return {
+        "cpu_percent": telemetry.cpu_percent,
+        "memory_used_bytes": telemetry.memory_used_bytes,
+        "memory_total_bytes": telemetry.memory_total_bytes,
+        "load_1m": telemetry.load_1m,
+        "power_source": telemetry.power_source,
+        "battery_percent": telemetry.battery_percent,
+        "power_w": telemetry.power_w,
+        "gpus": [asdict(g) for g in telemetry.gpus],
+        "weights": list(telemetry.weights),
+        "policy": telemetry.policy,
+    }

@@ -38,6 +38,7 @@ from controlplane.errors import NotFoundError, StoreUnavailableError, Validation
 from controlplane.hub.dispatch import Dispatcher, Sent
 from controlplane.hub.learning import InterferenceLearning
 from controlplane.hub.leases import (
+    STALL_SHARE,
     hearing_after,
     hold_for,
     hold_over,
@@ -51,6 +52,7 @@ from controlplane.hub.placing import PlacementRound
 from controlplane.hub.registry import NodeRegistry, placement_node
 from controlplane.hub.settings import HubSettings, SeenIds
 from controlplane.hub.spec import WorkloadSpec
+from controlplane.hub.spec_cache import SpecCache
 from controlplane.hub.stall import LoopWatch
 from controlplane.hub.workloads import PlacementBook
 from controlplane.observe.hub import HubMetrics
@@ -70,6 +72,11 @@ log = logging.getLogger("edgeplane.hub")
 
 # How long stop() lets a reconcile round finish before it cancels the loop.
 STOP_GRACE_S = 10.0
+# Up to this many nodes every round passes over all of them (cheap, and it sees any change of a
+# node's last word); beyond, the lease clock looks only at those whose earliest expiry came.
+FULL_LEASE_SCAN_UP_TO = 256
+# Registrations written in one transaction at most (a storm is admitted in batches of this size).
+ADMIT_BATCH = 200
 
 
 def new_id() -> str:
@@ -108,10 +115,15 @@ class Hub:
             require_enrolment=settings.require_enrolment,
         )
         self.nodes = self.registry.nodes  # what the API, the bid round and the functions read
-        self.dispatch = Dispatcher(bus, self.nodes, resend_after_s=settings.command_timeout_s, store=store)
+        self.specs = SpecCache()  # parsed once per workload (a spec never changes)
+        self.dispatch = Dispatcher(
+            bus, self.nodes, resend_after_s=settings.command_timeout_s, store=store, specs=self.specs
+        )
         self._active: dict[str, tuple[str, int, str]] = {}  # placement id -> (workload, replica, node)
         # Runtime observations of successes -> the scheduler's interference estimate.
-        self.learning = InterferenceLearning(placer, keep=settings.runtime_observations_kept)
+        self.learning = InterferenceLearning(
+            placer, keep=settings.runtime_observations_kept, specs=self.specs
+        )
         self.book = PlacementBook(placer, self._active, wake=self.wake, learning=self.learning)
         self.placing = PlacementRound(
             store,
@@ -121,6 +133,7 @@ class Hub:
             self._active,
             bid_deadline_ms=settings.bid_deadline_ms,
             metrics=self.metrics,
+            specs=self.specs,
         )
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -130,6 +143,10 @@ class Hub:
         self._last_hello = 0.0
         self._deaf: set[str] = set()  # clusters whose NATS connection is down (leases held)
         self._partitions: set[str] = set()  # clusters in a partition (their silent nodes' work held)
+        self._held: set[str] = set()  # nodes whose work is held (NotReady within a hold), a superset
+        # Registrations waiting for their batch's transaction, and whether a caller is writing them.
+        self._admissions: list[tuple[str, RegisterV1, asyncio.Future[RegisterAckV1]]] = []
+        self._admitting = False
         # The hub's own stalls (SIGSTOP, a paused VM): silence counts from when it woke at the
         # earliest, as from a reconnect (``hub.stall``).
         self.loop_watch = LoopWatch()
@@ -171,7 +188,7 @@ class Hub:
         await self.functions.stop()
         await self.bus.close()
         async with self._lock:
-            await self.registry.flush(self.store)
+            await self.registry.flush(self.store, force=True)
         self.started = False
 
     async def _load_state(self) -> None:
@@ -186,7 +203,7 @@ class Hub:
                     workload = await s.get(WorkloadRow, placement.workload_id)
                     if workload is None:
                         continue
-                    specs[placement.workload_id] = WorkloadSpec.from_stored(workload.spec)
+                    specs[placement.workload_id] = self.specs.of_row(workload.id, workload.spec)
                 self.placer.reserve_existing(
                     placement.workload_id,
                     placement.replica,
@@ -246,25 +263,84 @@ class Hub:
         return RegisterAckV1(accepted=False, reason=reason, hub_id=self.settings.hub_id)
 
     async def handle_register(self, node_name: str, msg: RegisterV1) -> RegisterAckV1:
+        """Admit or refuse a registration. Admissions waiting together are written in one
+        transaction (a re-registration storm costs one commit per batch, not per node); each
+        answer goes out once its batch has committed."""
         refusal = await self.registry.refusal(node_name, msg)
         if refusal is not None:
             return self._refuse(node_name, refusal)
-        async with self._lock, self._learning_transaction() as s:
-            row = await s.get(NodeRow, node_name)
-            taken = self.registry.name_taken(row, msg)
-            if taken is not None:
-                return RegisterAckV1(accepted=False, reason=taken, hub_id=self.settings.hub_id)
-            row, previous_boot = self.registry.register(s, row, msg)
-            self.placer.upsert_node(placement_node(row, self.federation))
-            if previous_boot != msg.boot_id:
-                self.functions.node_lost(node_name)
-            await self.registry.refresh_clusters(s)
-            await self._reconcile_agent_placements(
-                s, node_name, msg.placements, agent_restarted=previous_boot not in (None, msg.boot_id)
-            )
-            keep = await queries.kept_placement_ids(s, node_name)
+        answer: asyncio.Future[RegisterAckV1] = asyncio.get_running_loop().create_future()
+        self._admissions.append((node_name, msg, answer))
+        if not self._admitting:  # this caller writes the batches until none is waiting
+            self._admitting = True
+            try:
+                while self._admissions:
+                    batch = self._admissions[:ADMIT_BATCH]
+                    del self._admissions[:ADMIT_BATCH]
+                    await self._admit_batch(batch)
+            finally:
+                self._admitting = False
+                for *_, waiting in self._admissions:  # cancelled mid-way: the rest are not left hanging
+                    if not waiting.done():
+                        waiting.set_exception(RuntimeError("registration not admitted: the hub is stopping"))
+                self._admissions.clear()
+        return await answer
+
+    async def _admit_batch(self, batch: list[tuple[str, RegisterV1, asyncio.Future[RegisterAckV1]]]) -> None:
+        """One transaction for the batch; if it fails, each registration alone (one bad message
+        must not keep the others out), and a failure of its own is that registration's answer."""
+        try:
+            acks = await self._admit(batch)
+        except asyncio.CancelledError:
+            for *_, answer in batch:
+                if not answer.done():
+                    answer.set_exception(RuntimeError("registration not admitted: the hub is stopping"))
+            raise
+        except Exception as exc:
+            if len(batch) == 1:
+                batch[0][2].set_exception(exc)
+                return
+            for one in batch:
+                await self._admit_batch([one])
+            return
+        now = asyncio.get_running_loop().time()
+        for (node_name, _, answer), ack in zip(batch, acks, strict=True):
+            live = self.nodes.get(node_name)
+            if ack.accepted and live is not None:
+                # Its lease counts from the answer, not from its turn in the batch: the agent
+                # heartbeats only once it has heard it was admitted.
+                live.last_seen = max(live.last_seen, now)
+                self.registry.leases.arm(live)
+            if not answer.done():
+                answer.set_result(ack)
         self.wake()
-        return RegisterAckV1(accepted=True, hub_id=self.settings.hub_id, keep=keep)
+
+    async def _admit(
+        self, batch: list[tuple[str, RegisterV1, asyncio.Future[RegisterAckV1]]]
+    ) -> list[RegisterAckV1]:
+        acks = []
+        async with self._lock, self._learning_transaction() as s:
+            for node_name, msg, _ in batch:
+                row = await s.get(NodeRow, node_name)
+                taken = self.registry.name_taken(row, msg)
+                if taken is not None:
+                    acks.append(RegisterAckV1(accepted=False, reason=taken, hub_id=self.settings.hub_id))
+                    continue
+                moved = row is not None and row.cluster != msg.cluster
+                row, previous_boot = self.registry.register(s, row, msg)
+                self.placer.upsert_node(placement_node(row, self.federation))
+                if previous_boot != msg.boot_id:
+                    self.functions.node_lost(node_name)
+                if moved:  # the cluster it left may have no Ready node now
+                    await self.registry.refresh_clusters(s)
+                else:  # a pass over every node per registration would make a storm quadratic
+                    await self.registry.cluster_has_ready_node(s, msg.cluster)
+                await self._reconcile_agent_placements(
+                    s, node_name, msg.placements, agent_restarted=previous_boot not in (None, msg.boot_id)
+                )
+                keep = await queries.kept_placement_ids(s, node_name)
+                acks.append(RegisterAckV1(accepted=True, hub_id=self.settings.hub_id, keep=keep))
+        return acks
 
     async def _reconcile_agent_placements(
         self, s: AsyncSession, node: str, reported: list[PlacementState], *, agent_restarted: bool
@@ -291,7 +367,9 @@ class Hub:
                 self._last_hello = loop.time()
                 await self.bus.say_hello()
             return
-        if self.registry.heard(live, msg):
+        wall = time.time()
+        self.metrics.heartbeat_lag.observe(max(0.0, wall - msg.sent_at))
+        if self.registry.heard(live, msg, loop.time(), wall):
             self.placer.set_node_power(node_name, msg.telemetry.power_source, msg.telemetry.battery_percent)
         self.functions.update_instances(node_name, msg.instances)
         if live.status != "Ready":
@@ -354,6 +432,7 @@ class Hub:
                 )
             )
             Store.add_event(s, "WorkloadCreated", "workload", workload_id, spec.name)
+        self.specs.put(workload_id, spec)
         self.wake()
         return workload_id, True
 
@@ -402,18 +481,48 @@ class Hub:
         now = asyncio.get_running_loop().time()
         await self._heed_own_stall()
         hearing = hearing_after(self.bus.hearing_since, self._resumed_at)
-        scan = scan_leases(self.nodes.values(), now, hearing)
+        if len(self.nodes) > FULL_LEASE_SCAN_UP_TO and all(
+            hearing(cluster) is not None for cluster in self.registry.clusters_seen
+        ):
+            # A fleet: only the nodes whose earliest expiry came are looked at.
+            scan = self.registry.leases.due(self.nodes, now, hearing)
+        else:  # a few nodes, or a deaf cluster (rare): the full pass, which also names it
+            scan = scan_leases(self.nodes.values(), now, hearing)
         for cluster in sorted(scan.deaf - self._deaf):
             log.warning("NATS connection for cluster %s is down: node leases held until it is back", cluster)
         for cluster in sorted(self._deaf - scan.deaf):
             log.info("NATS connection for cluster %s is back: every node gets a full lease", cluster)
         self._deaf = scan.deaf
         partitioned = self._note_partitions(scan.expired, now)
-        released = [n for n in self.nodes.values() if n.held and hold_over(n, now, hearing)]
+        released = [n for n in self._held_nodes() if hold_over(n, now, hearing)]
         if not scan.expired and not released:
             return
-        async with self.store.session() as s:
+        try:
+            await self._apply_expiries(scan.expired, released, partitioned, now)
+        except BaseException:
+            # Expired nodes the write did not reach are still Ready: watched again, so that the
+            # next round finds them (the full scan did so by itself).
             for live in scan.expired:
+                if live.status == "Ready":
+                    self.registry.leases.arm(live)
+            raise
+
+    def _held_nodes(self) -> list[NodeLive]:
+        """The nodes whose work is held now (a pass over the held ones, not the fleet)."""
+        held = []
+        for name in list(self._held):
+            live = self.nodes.get(name)
+            if live is None or not live.held:
+                self._held.discard(name)
+            else:
+                held.append(live)
+        return held
+
+    async def _apply_expiries(
+        self, expired: list[NodeLive], released: list[NodeLive], partitioned: set[str], now: float
+    ) -> None:
+        async with self.store.session() as s:
+            for live in expired:
                 self.metrics.lease_expiries.labels(live.cluster).inc()
                 silent = now - live.last_seen
                 await self._set_node_status(s, live, "NotReady", f"no heartbeat for {silent:.1f}s")
@@ -425,6 +534,7 @@ class Hub:
                     )
                     continue
                 live.held, live.hold_s = True, hold_s
+                self._held.add(live.name)
                 if in_partition:
                     log.info(
                         "node %s: no heartbeat for %.1fs: NotReady; its work is held (partition in "
@@ -447,6 +557,9 @@ class Hub:
         gets a fresh lease from when the hub woke (``leases.stall_matters``): logged once, with a
         ``HubStalled`` event, instead of blaming the nodes for the hub's deafness."""
         stall_s, woke_at = self.loop_watch.take()
+        # No lease is shorter than the shortest ever given: most rounds skip the pass over nodes.
+        if stall_s <= STALL_SHARE * self.registry.shortest_lease_s:
+            return
         if not stall_matters(stall_s, self.nodes.values()):
             return
         self._resumed_at = woke_at  # before the store write: a failed write must not lose it
@@ -463,7 +576,7 @@ class Hub:
 
     def _note_partitions(self, expired: list[NodeLive], now: float) -> set[str]:
         """The clusters in a partition now (``leases.partitions``), each announced once."""
-        found = partitions(expired, self.nodes.values(), now, self.federation.cluster)
+        found = partitions(expired, self.nodes.values(), now, self.federation.cluster) if expired else []
         for finding in found:
             if finding.cluster not in self._partitions:
                 log.warning(
@@ -474,7 +587,7 @@ class Hub:
         # A partition lasts while nodes it held are still held (nodes held by the eviction grace
         # alone do not make one: a real partition there is still announced).
         clusters = {f.cluster for f in found}
-        held = {n.cluster for n in self.nodes.values() if n.held}
+        held = {n.cluster for n in self._held_nodes()}
         self._partitions = clusters | (self._partitions & held)
         return clusters
 

@@ -179,6 +179,11 @@ class PlacementBook:
         if workload is None:
             return
         placements = await queries.placements_of(s, workload_id, ordered=True)
+        self.apply_verdict(s, workload, placements)
+
+    def apply_verdict(self, s: AsyncSession, workload: WorkloadRow, placements: list[PlacementRow]) -> None:
+        """Set ``workload``'s status from ``placements`` (all of its placements, in ``s``, by
+        replica then attempt): what :meth:`refresh_workload` does once it has read them."""
         verdict = workload_verdict(workload.replicas, workload.cancel_requested, placements)
         if verdict.stop_active is not None:
             self.request_stops([p for p in placements if p.status in ACTIVE_PLACEMENT], verdict.stop_active)

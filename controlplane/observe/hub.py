@@ -8,7 +8,7 @@ from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -99,6 +99,13 @@ class HubMetrics:
             "edgeplane_lease_expiries",
             "Nodes that went NotReady because their lease ran out (missed heartbeats)",
             ["cluster"],
+            registry=self.registry,
+        )
+        # Receive time minus the agent's sent_at (clamped at 0: the clocks are the agents').
+        self.heartbeat_lag = Histogram(
+            "edgeplane_heartbeat_lag_seconds",
+            "How late the hub handles a heartbeat after its agent sent it",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=self.registry,
         )
         self._watched = False

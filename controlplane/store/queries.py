@@ -5,7 +5,10 @@ says how to find the rows.
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from collections.abc import Sequence
+
+from sqlalchemy import and_, or_, select
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.store.models import NodeRow, PlacementRow, WorkloadRow
@@ -16,8 +19,11 @@ __all__ = [
     "all_nodes",
     "kept_placement_ids",
     "other_attempts",
+    "pending_heads",
     "pending_workloads",
     "placements_of",
+    "placements_of_many",
+    "unsent_placements",
 ]
 
 
@@ -81,5 +87,49 @@ async def pending_workloads(s: AsyncSession, *, limit: int) -> list[WorkloadRow]
             .where(WorkloadRow.status == "Pending", WorkloadRow.cancel_requested.is_(False))
             .order_by(WorkloadRow.priority.desc(), WorkloadRow.created_at)
             .limit(limit)
+        )
+    )
+
+
+async def placements_of_many(s: AsyncSession, workload_ids: Sequence[str]) -> dict[str, list[PlacementRow]]:
+    """Every placement of each of ``workload_ids`` (by replica, then attempt), in one query."""
+    found: dict[str, list[PlacementRow]] = {workload_id: [] for workload_id in workload_ids}
+    if not found:
+        return found
+    query = (
+        select(PlacementRow)
+        .where(PlacementRow.workload_id.in_(list(found)))
+        .order_by(PlacementRow.replica, PlacementRow.attempt)
+    )
+    for placement in await s.scalars(query):
+        found[placement.workload_id].append(placement)
+    return found
+
+
+async def pending_heads(s: AsyncSession, *, limit: int) -> list[Row[tuple[str, int, str]]]:
+    """(id, replicas, message) of the pending workloads not being cancelled, in the order of
+    :func:`pending_workloads`: no spec column is read (nor parsed)."""
+    return list(
+        await s.execute(
+            select(WorkloadRow.id, WorkloadRow.replicas, WorkloadRow.message)
+            .where(WorkloadRow.status == "Pending", WorkloadRow.cancel_requested.is_(False))
+            .order_by(WorkloadRow.priority.desc(), WorkloadRow.created_at)
+            .limit(limit)
+        )
+    )
+
+
+async def unsent_placements(s: AsyncSession) -> list[PlacementRow]:
+    """Active placements with a command the agent has not acknowledged: a run command (no stop
+    asked), or a stop command."""
+    return list(
+        await s.scalars(
+            select(PlacementRow).where(
+                PlacementRow.status.in_(ACTIVE_PLACEMENT),
+                or_(
+                    and_(PlacementRow.stop_command_id.is_not(None), PlacementRow.stop_acked.is_not(True)),
+                    and_(PlacementRow.stop_command_id.is_(None), PlacementRow.acked.is_not(True)),
+                ),
+            )
         )
     )
