@@ -198,17 +198,25 @@ def start_up(data_dir: Path, agents: int, log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
 
-async def api_of(up: subprocess.Popen[bytes], log: Path, timeout_s: float) -> str:
-    """The API URL ``up`` prints once it is up."""
+async def printed_url(
+    process: subprocess.Popen[bytes], log: Path, line: re.Pattern[str], *, what: str, timeout_s: float
+) -> str:
+    """The URL a ``controlplane`` process (``what``: its command) prints in ``log`` once it is up
+    (``line``'s first group); fails with its log's tail if it exits first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        found = UP_LINE.search(log.read_text(errors="replace"))
+        found = line.search(log.read_text(errors="replace"))
         if found:
             return found.group(1)
-        if up.poll() is not None:
-            raise RuntimeError(f"controlplane up exited {up.returncode}:\n{log.read_text()[-3000:]}")
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited {process.returncode}:\n{log.read_text()[-3000:]}")
         await asyncio.sleep(0.1)
-    raise TimeoutError(f"controlplane up did not print its API URL in {timeout_s:.0f} s")
+    raise TimeoutError(f"{what} did not print its API URL in {timeout_s:.0f} s")
+
+
+async def api_of(up: subprocess.Popen[bytes], log: Path, timeout_s: float) -> str:
+    """The API URL ``up`` prints once it is up."""
+    return await printed_url(up, log, UP_LINE, what="controlplane up", timeout_s=timeout_s)
 
 
 async def count_status(http: aiohttp.ClientSession, api: str, status: str) -> int:

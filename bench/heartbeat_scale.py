@@ -46,6 +46,7 @@ from typing import Any
 
 import aiohttp
 import psutil
+from burst import printed_url  # bench/ is this script's directory
 
 API_LINE = re.compile(r"edgeplane hub: API (\S+)")
 CLUSTER = "default"
@@ -179,18 +180,6 @@ def floor_main(url: str, out: Any, stop: Any) -> None:
 # --- the hub and its metrics ----------------------------------------------------------------------
 
 
-async def _wait_api(serve: subprocess.Popen[bytes], log: Path, timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = API_LINE.search(log.read_text(errors="replace"))
-        if found:
-            return found.group(1)
-        if serve.poll() is not None:
-            raise RuntimeError(f"controlplane serve exited {serve.returncode}:\n{log.read_text()[-3000:]}")
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"controlplane serve did not print its API URL in {timeout_s:.0f} s")
-
-
 def parse_metrics(text: str) -> dict[str, Any]:
     """The lease expiries (summed over clusters) and the heartbeat lag histogram's buckets."""
     expiries = 0.0
@@ -282,7 +271,7 @@ async def one_run(
             serve = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
         procs: list[Any] = []
         try:
-            api = await _wait_api(serve, log, 60)
+            api = await printed_url(serve, log, API_LINE, what="controlplane serve", timeout_s=60)
             token = (data / "admin.token").read_text().strip()
             headers = {"Authorization": f"Bearer {token}"}
             floor = ctx.Process(target=floor_main, args=(natsd.url, out, stop), daemon=True)
