@@ -46,9 +46,11 @@ from controlplane.api.views import (
     EventPage,
     Health,
     Interference,
+    Liveness,
     Node,
     NodePage,
     PlacementExplanation,
+    Readiness,
     Workload,
     WorkloadPage,
     to_json,
@@ -64,15 +66,42 @@ __all__ = ["HUB", "create_app"]
 routes = web.RouteTableDef()
 
 
-@routes.get("/healthz")
-async def healthz(request: web.Request) -> web.Response:
-    hub = request.app[HUB]
+async def _store_ok(hub: Hub) -> bool:
+    """The store reads and takes writes (``/healthz`` and ``/readyz`` share this)."""
     try:
         # Reads alone would say ok on a full disk: the store also has to take a write (its last
         # write did not fail, or a small probe write works again).
-        db_ok = await hub.store.ping() and await hub.store.writable()
+        return await hub.store.ping() and await hub.store.writable()
     except Exception:
-        db_ok = False
+        return False
+
+
+@routes.get("/livez")
+async def livez(request: web.Request) -> web.Response:
+    # Liveness only: no store or bus call, so that a NATS or database outage (readiness) never
+    # makes Kubernetes restart a hub that would recover by itself once they are back.
+    return web.json_response(to_json(Liveness(status="ok")))
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    parts = {"database": await _store_ok(hub), "nats": hub.bus.connected, "hub": hub.started}
+    down = [name for name, ok in parts.items() if not ok]
+    ready = Readiness(
+        status="unavailable" if down else "ok",
+        database=parts["database"],
+        nats=parts["nats"],
+        hub=parts["hub"],
+        down=down,
+    )
+    return web.json_response(to_json(ready), status=503 if down else 200)
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    db_ok = await _store_ok(hub)
     nats_ok = hub.bus.connected
     ok = db_ok and nats_ok and hub.started
     health = Health(

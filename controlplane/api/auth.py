@@ -58,7 +58,11 @@ IDENTITIES = web.AppKey("identities", IdentityStore)
 # (method, path) pairs that need no bearer token: health for probes, enrolment, whose
 # credential is the single-use join token in its body, and the console's static files.
 PUBLIC_ROUTES: frozenset[tuple[str, str]] = (
-    frozenset({("GET", "/healthz"), ("HEAD", "/healthz"), ("POST", "/v1/join")}) | console.PUBLIC_ROUTES
+    frozenset(
+        {(method, path) for method in ("GET", "HEAD") for path in ("/healthz", "/livez", "/readyz")}
+        | {("POST", "/v1/join")}
+    )
+    | console.PUBLIC_ROUTES
 )
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 JSON_TYPES = frozenset({"application/json"})

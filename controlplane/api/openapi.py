@@ -85,6 +85,23 @@ _PATHS: dict[str, Any] = {
             "responses": {"200": _json(_model(views.Health)), "503": _json(_model(views.Health), "Degraded")},
         }
     },
+    "/livez": {
+        "get": {
+            "operationId": "liveness",
+            "summary": "Liveness: the process and its event loop answer (calls no store or bus)",
+            "responses": {"200": _json(_model(views.Liveness))},
+        }
+    },
+    "/readyz": {
+        "get": {
+            "operationId": "readiness",
+            "summary": "Readiness: database readable and writable, NATS connected, hub started",
+            "responses": {
+                "200": _json(_model(views.Readiness)),
+                "503": _json(_model(views.Readiness), "Not ready: `down` names the parts that are down"),
+            },
+        }
+    },
     "/openapi.json": {
         "get": {
             "operationId": "openapi",
@@ -200,7 +217,7 @@ _PATHS: dict[str, Any] = {
         },
         "get": {
             "operationId": "listWorkloads",
-            "summary": "List workloads",
+            "summary": "List workloads, newest first",
             "parameters": _params(
                 params.LIMIT, params.OFFSET, params.WORKLOAD_STATUS, params.NAME, params.NODE, params.CLUSTER
             ),
@@ -364,9 +381,9 @@ _PATHS: dict[str, Any] = {
 }
 
 # Routes anyone may call (liveness probes); every other operation needs a bearer token.
-PUBLIC_OPERATIONS = frozenset({("get", "/healthz"), ("post", "/v1/join")}) | {
-    (method.lower(), path) for method, path in console.PUBLIC_ROUTES if method != "HEAD"
-}
+PUBLIC_OPERATIONS = frozenset(
+    {("get", "/healthz"), ("get", "/livez"), ("get", "/readyz"), ("post", "/v1/join")}
+) | {(method.lower(), path) for method, path in console.PUBLIC_ROUTES if method != "HEAD"}
 _SCOPE_TEXT = "Requires a bearer token with scope `{scope}` (`admin` implies every scope)."
 _AUTH_RESPONSES = {
     "401": {

@@ -14,11 +14,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 
+from controlplane.api.app import create_app
 from controlplane.cli import build_parser as controlplane_parser
 from controlplane.federation.config import load_federation
 from edge_agent.cli import build_parser as agent_parser
@@ -218,3 +220,105 @@ def test_systemd_accepts_the_unit(unit: Path, tmp_path: Path) -> None:
     )
     problems = [line for line in result.stderr.splitlines() if unit.name in line]
     assert result.returncode == 0 and not problems, result.stderr
+
+
+def _hub_objects() -> dict[str, dict[str, Any]]:
+    docs = yaml.safe_load_all((DEPLOY / "kubernetes" / "hub.yaml").read_text(encoding="utf-8"))
+    return {doc["kind"]: doc for doc in docs if doc}
+
+
+def test_the_hub_probes_split_liveness_from_readiness() -> None:
+    """Issue 22: /healthz (503 without NATS) as the livenessProbe restarted the hub in a NATS
+    outage. Liveness is /livez (the process answers), readiness /readyz (store, NATS, hub)."""
+    (hub,) = _hub_objects()["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert hub["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert hub["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    app_paths = {route.resource.canonical for route in _app_routes()}  # type: ignore[union-attr]
+    assert {"/livez", "/readyz"} <= app_paths
+
+
+def _app_routes() -> list[Any]:
+    return list(create_app(hub=SimpleNamespace(store=None)).router.routes())  # type: ignore[arg-type]
+
+
+def test_the_hub_keeps_its_admin_token_in_a_secret() -> None:
+    """Issue 22: with an emptyDir data dir every restart made a new admin token."""
+    spec = _hub_objects()["Deployment"]["spec"]["template"]["spec"]
+    (hub,) = spec["containers"]
+    data_dir = hub["args"][hub["args"].index("--data-dir") + 1]
+    (mount,) = [m for m in hub["volumeMounts"] if m["mountPath"] == f"{data_dir}/admin.token"]
+    assert mount["subPath"] == "admin.token"
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert {"key": "admin-token", "path": "admin.token"} in volume["secret"]["items"]
+
+
+def test_the_hub_keeps_its_secrets_key_in_a_secret() -> None:
+    """Issue 20's env sealing: a key made in an emptyDir would be a new one per pod, and the values
+    sealed with the old one unreadable (the hub refuses to start on them)."""
+    spec = _hub_objects()["Deployment"]["spec"]["template"]["spec"]
+    (hub,) = spec["containers"]
+    key_file = Path(hub["args"][hub["args"].index("--secrets-key") + 1])
+    (mount,) = [m for m in hub["volumeMounts"] if m["mountPath"] == str(key_file.parent)]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert {"key": "secrets-key", "path": key_file.name} in volume["secret"]["items"]
+    assert volume["secret"]["defaultMode"] & 0o077 == 0  # the hub refuses a key others may read
+
+
+def test_the_hub_serves_the_extender_kube_scheduler_calls() -> None:
+    """Issue 22: kube-scheduler-config.yaml called port 8888, which neither the Deployment nor the
+    Service had, and the hub was not started with the extender."""
+    objects = _hub_objects()
+    config = yaml.safe_load(
+        (DEPLOY / "kubernetes" / "kube-scheduler-config.yaml").read_text(encoding="utf-8")
+    )
+    (extender,) = config["extenders"]
+    url = re.match(r"^(https?)://([^:/]+):(\d+)(/.*)$", extender["urlPrefix"])
+    assert url, extender["urlPrefix"]
+    scheme, host, port, path = url.groups()
+    service = objects["Service"]
+    assert host == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert path == "/extender"
+    (service_port,) = [p for p in service["spec"]["ports"] if p["port"] == int(port)]
+    spec = objects["Deployment"]["spec"]["template"]["spec"]
+    (hub,) = spec["containers"]
+    (container_port,) = [p for p in hub["ports"] if p["name"] == service_port["targetPort"]]
+    args = hub["args"]
+    assert args[args.index("--extender-listen") + 1].endswith(f":{container_port['containerPort']}")
+    assert scheme == "https" and extender["enableHTTPS"] is True
+    # Off loopback the extender needs TLS with client certificates, from a mounted Secret.
+    mounts = {m["mountPath"]: m["name"] for m in hub["volumeMounts"]}
+    secrets = {v["name"] for v in spec["volumes"] if "secret" in v}
+    for flag in ("--extender-tls-cert", "--extender-tls-key", "--extender-client-ca"):
+        file = Path(args[args.index(flag) + 1])
+        assert mounts.get(str(file.parent)) in secrets, f"{flag} {file} is not in a mounted Secret"
+
+
+K8S_OBJECTS = [
+    (path, doc)
+    for path in K8S_FILES
+    for doc in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+    # kube-scheduler's configuration is a component's file: the API's schemas do not cover it.
+    if doc and not doc["apiVersion"].startswith("kubescheduler.config.k8s.io/")
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "doc"), K8S_OBJECTS, ids=lambda v: v.name if isinstance(v, Path) else v["kind"]
+)
+def test_kubernetes_objects_validate_against_the_kubernetes_schemas(path: Path, doc: dict[str, Any]) -> None:
+    """Strict validation (no unknown fields, right types) against the OpenAPI schemas of the
+    Kubernetes API that kubernetes-validate ships: a misspelt or misplaced field fails here."""
+    validator = pytest.importorskip("kubernetes_validate")
+    try:
+        validator.validate(doc, validator.latest_version(), strict=True)
+    except validator.ValidationError as exc:
+        where = ".".join(str(part) for part in exc.path)
+        pytest.fail(f"{path.name}: {doc['kind']} {doc['metadata']['name']}: {where}: {exc.message}")
+
+
+def test_the_schema_check_catches_a_misspelt_field() -> None:
+    validator = pytest.importorskip("kubernetes_validate")
+    deployment = _hub_objects()["Deployment"]
+    deployment["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGets"] = {}
+    with pytest.raises(validator.ValidationError):
+        validator.validate(deployment, validator.latest_version(), strict=True)

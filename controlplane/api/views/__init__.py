@@ -31,6 +31,7 @@ from controlplane.api.views.nodes import (
     RevokedNode,
     RevokedUnknownNode,
 )
+from controlplane.api.views.probes import Liveness, Readiness
 from controlplane.api.views.scheduling import Interference
 from controlplane.api.views.workloads import (
     Placement,
@@ -56,11 +57,13 @@ __all__ = [
     "Interference",
     "Invocation",
     "JoinReply",
+    "Liveness",
     "Node",
     "NodePage",
     "Placement",
     "PlacementExplanation",
     "Queued",
+    "Readiness",
     "Revoked",
     "RevokedNode",
     "RevokedUnknownNode",
@@ -74,6 +77,8 @@ __all__ = [
 
 RESPONSE_MODELS: tuple[type, ...] = (
     Health,
+    Liveness,
+    Readiness,
     Cluster,
     ClusterList,
     NodePower,

@@ -147,6 +147,8 @@ async def _samples() -> dict[type, list[Any]]:
     )
     rendered = [
         views.Health("ok", True, True, "hub1", {"heartbeat": 1}, {}),
+        views.Liveness("ok"),
+        views.Readiness("unavailable", True, False, True, ["nats"]),
         cluster,
         views.ClusterList([cluster], 1),
         node,
