@@ -22,12 +22,21 @@ class TableSpec:
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """A kind ``get`` lists: its API path, whether one item can be fetched by name, its table."""
+    """A kind ``get`` lists: its API path, whether one item can be fetched by name, its table;
+    the query filters its list takes, its ``-o wide`` table and what ``-o name`` prints."""
 
     path: str
     by_name: bool
     paged: bool  # the API takes limit/offset (the others are cut here)
     table: TableSpec
+    filters: tuple[str, ...] = ()  # query parameters of the list, as ``get --<filter>`` sets them
+    wide: TableSpec | None = None  # ``-o wide`` (default: the table)
+    singular: str = ""  # ``-o name`` prints singular/key
+    key: str = "name"
+
+    def name_of(self, item: dict[str, Any]) -> str:
+        """The item as ``-o name`` prints it, kubectl's ``kind/name``."""
+        return f"{self.singular}/{item.get(self.key)}"
 
 
 def gpu_capacity(node: dict[str, Any]) -> int:
@@ -69,6 +78,14 @@ def _workload_row(w: dict[str, Any]) -> Row:
     )
 
 
+def _wide_workload_row(w: dict[str, Any]) -> Row:
+    clusters = sorted({p.get("cluster") for p in w.get("placements") or [] if p.get("cluster")})
+    return (*_workload_row(w), w.get("priority"), clusters, w.get("message"))
+
+
+_WORKLOAD_HEADER = ("ID", "NAME", "STATUS", "REPLICAS", "NODES", "RESTARTS", "EXIT", "AGE")
+
+
 def _function_row(f: dict[str, Any]) -> Row:
     spec, stats = f.get("spec") or {}, f.get("stats") or {}
     rate = stats.get("cold_start_rate")
@@ -104,12 +121,18 @@ RESOURCES: dict[str, Resource] = {
             ("NAME", "STATUS", "CLUSTER", "TYPE", "CPU", "MEMORY", "GPUS", "POWER", "BATTERY", "HEARTBEAT"),
             _node_row,
         ),
+        filters=("status", "cluster"),
+        singular="node",
     ),
     "workloads": Resource(
         "/v1/workloads",
         True,
         True,
-        TableSpec(("ID", "NAME", "STATUS", "REPLICAS", "NODES", "RESTARTS", "EXIT", "AGE"), _workload_row),
+        TableSpec(_WORKLOAD_HEADER, _workload_row),
+        filters=("status", "name", "node", "cluster"),
+        wide=TableSpec((*_WORKLOAD_HEADER, "PRIORITY", "CLUSTERS", "MESSAGE"), _wide_workload_row),
+        singular="workload",
+        key="id",
     ),
     "functions": Resource(
         "/v1/functions",
@@ -130,12 +153,22 @@ RESOURCES: dict[str, Resource] = {
             ),
             _function_row,
         ),
+        singular="function",
     ),
     "clusters": Resource(
-        "/v1/clusters", False, False, TableSpec(("NAME", "REGION", "STATUS", "NODES", "READY"), _cluster_row)
+        "/v1/clusters",
+        False,
+        False,
+        TableSpec(("NAME", "REGION", "STATUS", "NODES", "READY"), _cluster_row),
+        singular="cluster",
     ),
     "events": Resource(
-        "/v1/events", False, False, TableSpec(("ID", "TIME", "KIND", "OBJECT", "MESSAGE"), _event_row)
+        "/v1/events",
+        False,
+        False,
+        TableSpec(("ID", "TIME", "KIND", "OBJECT", "MESSAGE"), _event_row),
+        singular="event",
+        key="id",
     ),
 }
 

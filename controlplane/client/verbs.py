@@ -14,7 +14,7 @@ from controlplane.client.describe import describe_node, describe_workload
 from controlplane.client.documents import load_documents
 from controlplane.client.http import ApiError, ClientError, HubClient
 from controlplane.client.render import dump, table
-from controlplane.client.tables import RESOURCES, TOP_NODES, TableSpec
+from controlplane.client.tables import RESOURCES, TOP_NODES, Resource, TableSpec
 
 __all__ = [
     "INVOKE_TIMEOUT_S",
@@ -45,28 +45,59 @@ def _print_items(items: list[dict[str, Any]], spec: TableSpec, output: str) -> N
         print("No resources found.", file=sys.stderr)
 
 
+def _filters(resource: Resource, kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The list's query filters from ``get --status/--name/--node/--cluster``; ClientError for one
+    the kind's list does not take (never silently ignored)."""
+    given = {f: getattr(args, f"filter_{f}", None) for f in ("status", "name", "node", "cluster")}
+    for flag, value in given.items():
+        if value is not None and (flag not in resource.filters or args.name):
+            takes = ", ".join(f"--{f}" for f in resource.filters) or "no filters"
+            where = f"one {resource.singular} by name" if args.name else f"`get {kind}` (it takes {takes})"
+            raise ClientError(f"--{flag} does not apply to {where}")
+    if getattr(args, "offset", 0) and (not resource.paged or args.name):
+        raise ClientError(f"--offset applies to the lists of nodes and workloads, not to `get {kind}`")
+    return {f: v for f, v in given.items() if v is not None}
+
+
+def _print_resource(items: list[dict[str, Any]], resource: Resource, output: str) -> None:
+    if output == "name":
+        for item in items:
+            print(resource.name_of(item))
+    elif output == "wide":
+        _print_items(items, resource.wide or resource.table, "table")
+    else:
+        _print_items(items, resource.table, output)
+
+
 def get(client: HubClient, args: argparse.Namespace) -> int:
     kind = args.kind  # plural, as commands/get.py spells it
     resource = RESOURCES[kind]
+    filters = _filters(resource, kind, args)
     if args.name:
         if not resource.by_name:
             raise ClientError(f"{kind} cannot be fetched one by name; use `controlplane get {kind}`")
         item = client.get(f"{resource.path}/{args.name}")
-        if args.output == "table":
-            _print_items([item], resource.table, args.output)
-        else:  # one object, as the API answers it
+        if args.output in ("json", "yaml"):  # one object, as the API answers it
             print(dump(item, args.output))
+        else:
+            _print_resource([item], resource, args.output)
         return 0
     if kind == "events":
         items = _newest_events(client, args.limit, args.event_kind)
     elif resource.paged:
-        body = client.get(resource.path, {"limit": args.limit})
+        offset = getattr(args, "offset", 0)
+        body = client.get(resource.path, {**filters, "limit": args.limit, "offset": offset})
         items = body["items"]
-        if body.get("total", 0) > len(items):
-            print(f"({len(items)} of {body['total']}, oldest first; --limit N shows more)", file=sys.stderr)
+        total = body.get("total", 0)
+        if total > offset + len(items):
+            order = "newest first" if kind == "workloads" else "by name"
+            print(
+                f"({len(items)} of {total}, {order}; --offset {offset + len(items)} shows the next)",
+                file=sys.stderr,
+            )
     else:
         items = client.get(resource.path)["items"][: args.limit]
-    _print_items(items, resource.table, args.output)
+    _print_resource(items, resource, args.output)
     return 0
 
 
@@ -95,10 +126,8 @@ def describe(client: HubClient, args: argparse.Namespace) -> int:
 
 
 def _latest_workloads_on(client: HubClient, node: str, count: int) -> list[dict[str, Any]]:
-    page = client.get("/v1/workloads", {"node": node, "limit": count})
-    if page["total"] > count:  # the API lists oldest first
-        page = client.get("/v1/workloads", {"node": node, "limit": count, "offset": page["total"] - count})
-    return list(reversed(page["items"]))
+    items: list[dict[str, Any]] = client.get("/v1/workloads", {"node": node, "limit": count})["items"]
+    return items  # the API lists newest first
 
 
 def apply(client: HubClient, args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from controlplane.commands.common import add_store_arguments, chosen_cluster, database_url
+from controlplane.commands.common import add_store_arguments, chosen_cluster, existing_store_url
 
 __all__ = ["configure", "run"]
 
@@ -50,11 +50,16 @@ def run(args: argparse.Namespace) -> int:
     if out.exists():
         print(f"{prog}: --out: {out} exists; remove it first", file=sys.stderr)
         return 2
+    url = existing_store_url(args, prog=prog)
+    if url is None:
+        return 2
     nats_url = args.nats or config.nats_url or ""
-    return asyncio.run(_create(args, cluster, config.subject_prefix, nats_url, out))
+    return asyncio.run(_create(url, args, cluster, config.subject_prefix, nats_url, out))
 
 
-async def _create(args: argparse.Namespace, cluster: str, prefix: str, nats_url: str, out: Path) -> int:
+async def _create(
+    url: str, args: argparse.Namespace, cluster: str, prefix: str, nats_url: str, out: Path
+) -> int:
     from edgeplane_contract.credentials import new_user_seed, public_key_of
     from edgeplane_contract.enrolment import AgentCredentials
 
@@ -63,7 +68,7 @@ async def _create(args: argparse.Namespace, cluster: str, prefix: str, nats_url:
     from controlplane.store.store import Store
 
     seed = new_user_seed()
-    store = await Store.open(database_url(args))
+    store = await Store.open(url)
     try:
         identities = IdentityStore(store)
         # The same path as a join: a token made and used at once, so the store records it alike.

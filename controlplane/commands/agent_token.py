@@ -13,7 +13,12 @@ import asyncio
 import sys
 import time
 
-from controlplane.commands.common import add_store_arguments, chosen_cluster, database_url, join_token_ttl
+from controlplane.commands.common import (
+    add_store_arguments,
+    chosen_cluster,
+    existing_store_url,
+    join_token_ttl,
+)
 
 __all__ = ["configure", "run"]
 
@@ -49,14 +54,17 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    return asyncio.run(_create(args, cluster, ttl))
+    url = existing_store_url(args, prog="controlplane agent-token")
+    if url is None:
+        return 2
+    return asyncio.run(_create(url, args, cluster, ttl))
 
 
-async def _create(args: argparse.Namespace, cluster: str, ttl: float) -> int:
+async def _create(url: str, args: argparse.Namespace, cluster: str, ttl: float) -> int:
     from controlplane.store.identities import IdentityStore
     from controlplane.store.store import Store
 
-    store = await Store.open(database_url(args))
+    store = await Store.open(url)
     try:
         new = await IdentityStore(store).create_join_token(cluster, ttl, node=args.node)
     finally:

@@ -41,6 +41,7 @@ __all__ = [
     "database_url",
     "ensure_admin_token",
     "env_cipher",
+    "existing_store_url",
     "federation_from",
     "hub_settings",
     "join_token_ttl",
@@ -204,6 +205,35 @@ def database_url(args: argparse.Namespace) -> str:
     if args.database_url:
         return str(args.database_url)
     return sqlite_url(Path(args.data_dir) / "edgeplane.sqlite3")
+
+
+def existing_store_url(args: argparse.Namespace, *, prog: str) -> str | None:
+    """``database_url(args)`` for the admin commands that must not make a store: None, after one
+    line on stderr naming the store looked for and how to point at the hub's, when the URL is a
+    SQLite file that does not exist.
+
+    A token written into a stray store made in the wrong directory is one the running hub
+    rejects; only ``up``, ``serve`` and ``migrate`` create a store.
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    url = database_url(args)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return url  # Store.open says what is wrong with it
+    database = parsed.database
+    if not parsed.drivername.startswith("sqlite") or not database or database == ":memory:":
+        return url
+    if database.startswith("file:") or Path(database).is_file():
+        return url
+    print(
+        f"{prog}: no store at {Path(database).resolve()}; point at the hub's with --data-dir DIR "
+        "or --database-url URL (env EDGEPLANE_DATABASE_URL); 'controlplane migrate' makes a new one",
+        file=sys.stderr,
+    )
+    return None
 
 
 def federation_from(args: argparse.Namespace) -> FederationConfig:

@@ -15,7 +15,12 @@ import os
 import sys
 from pathlib import Path
 
-from controlplane.commands.common import HUB_SEED_FILE, add_store_arguments, database_url, federation_from
+from controlplane.commands.common import (
+    HUB_SEED_FILE,
+    add_store_arguments,
+    existing_store_url,
+    federation_from,
+)
 
 __all__ = ["configure", "run"]
 
@@ -35,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
 
     from controlplane.errors import ConfigError
 
+    # Before the seed: ensure_seed would make the data dir of a store that is not there.
+    url = existing_store_url(args, prog="controlplane nats-config")
+    if url is None:
+        return 2
     try:
         federation = federation_from(args)
         seed = (
@@ -45,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"controlplane nats-config: configuration error: {exc}", file=sys.stderr)
         return 2
-    text = asyncio.run(_render(args, federation, public_key_of(seed)))
+    text = asyncio.run(_render(url, federation, public_key_of(seed)))
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
         print(
@@ -57,14 +66,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _render(args: argparse.Namespace, federation: object, hub_public_key: str) -> str:
+async def _render(url: str, federation: object, hub_public_key: str) -> str:
     from controlplane.bus.authority import NatsAuthority
     from controlplane.federation.config import FederationConfig
     from controlplane.store.identities import IdentityStore
     from controlplane.store.store import Store
 
     assert isinstance(federation, FederationConfig)
-    store = await Store.open(database_url(args))
+    store = await Store.open(url)
     try:
         nodes = await IdentityStore(store).node_credentials()
     finally:

@@ -21,7 +21,7 @@ import getpass
 import sys
 import time
 
-from controlplane.commands.common import add_store_arguments, database_url, join_token_ttl
+from controlplane.commands.common import add_store_arguments, existing_store_url, join_token_ttl
 
 __all__ = ["configure", "run"]
 
@@ -50,12 +50,15 @@ def run(args: argparse.Namespace) -> int:
     if not valid_token(args.name):
         print(f"{PROG}: NAME: must match [A-Za-z0-9_-]{{1,63}}, got {args.name!r}", file=sys.stderr)
         return 2
+    url = existing_store_url(args, prog=f"{PROG} {args.verb}")
+    if url is None:
+        return 2
     if args.verb == "approve-capacity":
-        return asyncio.run(_approve(args))
+        return asyncio.run(_approve(url, args))
     ttl = join_token_ttl(args.ttl, prog=f"{PROG} rekey")
     if ttl is None:
         return 2
-    return asyncio.run(_rekey(args, ttl))
+    return asyncio.run(_rekey(url, args, ttl))
 
 
 def _admin() -> str:
@@ -66,11 +69,11 @@ def _admin() -> str:
         return "cli"
 
 
-async def _rekey(args: argparse.Namespace, ttl: float) -> int:
+async def _rekey(url: str, args: argparse.Namespace, ttl: float) -> int:
     from controlplane.store.identities import IdentityStore, NotEnrolled
     from controlplane.store.store import Store
 
-    store = await Store.open(database_url(args))
+    store = await Store.open(url)
     try:
         new = await IdentityStore(store).rekey_node(args.name, ttl_s=ttl, by=_admin())
     except NotEnrolled as exc:
@@ -90,11 +93,11 @@ async def _rekey(args: argparse.Namespace, ttl: float) -> int:
     return 0
 
 
-async def _approve(args: argparse.Namespace) -> int:
+async def _approve(url: str, args: argparse.Namespace) -> int:
     from controlplane.store.identities import IdentityStore, NotEnrolled
     from controlplane.store.store import Store
 
-    store = await Store.open(database_url(args))
+    store = await Store.open(url)
     try:
         previous = await IdentityStore(store).approve_capacity(args.name, by=_admin())
     except NotEnrolled as exc:

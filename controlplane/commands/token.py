@@ -11,9 +11,8 @@ import asyncio
 import json
 import sys
 import time
-from pathlib import Path
 
-from controlplane.commands.common import add_store_arguments
+from controlplane.commands.common import add_store_arguments, existing_store_url
 
 __all__ = ["configure", "run"]
 
@@ -41,6 +40,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from controlplane.auth.tokens import parse_scopes, parse_ttl
 
+    url = existing_store_url(args, prog="controlplane token")
+    if url is None:
+        return 2
     if args.verb == "create":
         try:
             scopes = parse_scopes(args.scope)
@@ -51,29 +53,21 @@ def run(args: argparse.Namespace) -> int:
         if not 0 < len(args.name) <= 63:
             print("controlplane token: --name must be 1-63 characters", file=sys.stderr)
             return 2
-        return asyncio.run(_create(args, scopes, ttl))
+        return asyncio.run(_create(url, args, scopes, ttl))
     if args.verb == "list":
-        return asyncio.run(_list(args))
-    return asyncio.run(_revoke(args))
+        return asyncio.run(_list(url, args))
+    return asyncio.run(_revoke(url, args))
 
 
-def _url(args: argparse.Namespace) -> str:
-    from controlplane.store.db import sqlite_url
-
-    return (
-        str(args.database_url) if args.database_url else sqlite_url(Path(args.data_dir) / "edgeplane.sqlite3")
-    )
-
-
-async def _identities(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+async def _identities(url: str):  # type: ignore[no-untyped-def]
     from controlplane.store.identities import IdentityStore
     from controlplane.store.store import Store
 
-    return IdentityStore(await Store.open(_url(args)))
+    return IdentityStore(await Store.open(url))
 
 
-async def _create(args: argparse.Namespace, scopes: list[str], ttl: float | None) -> int:
-    identities = await _identities(args)
+async def _create(url: str, args: argparse.Namespace, scopes: list[str], ttl: float | None) -> int:
+    identities = await _identities(url)
     try:
         new = await identities.create_api_token(args.name, scopes, ttl)
     finally:
@@ -88,8 +82,8 @@ def _iso(ts: float | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts)) if ts else "-"
 
 
-async def _list(args: argparse.Namespace) -> int:
-    identities = await _identities(args)
+async def _list(url: str, args: argparse.Namespace) -> int:
+    identities = await _identities(url)
     try:
         rows = await identities.list_api_tokens()
     finally:
@@ -123,8 +117,8 @@ async def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _revoke(args: argparse.Namespace) -> int:
-    identities = await _identities(args)
+async def _revoke(url: str, args: argparse.Namespace) -> int:
+    identities = await _identities(url)
     try:
         count = await identities.revoke_api_token(args.token)
     finally:

@@ -196,7 +196,7 @@ let selectedWorkload = null;
 let selectedFunction = null;
 
 function renderWorkloads(items) {
-  const newestFirst = [...items].reverse();
+  // The API lists newest first, as `controlplane get workloads` shows them.
   fillTable(
     $("workloads"),
     [
@@ -209,7 +209,7 @@ function renderWorkloads(items) {
       ["Created", (w) => clock(w.created_at)],
       ["Message", (w) => w.message || ""],
     ],
-    newestFirst,
+    items,
     (w) => w.id,
     "No workloads yet.",
   );
@@ -342,7 +342,7 @@ function markSelected(table, key) {
 // What one signed-in session has read so far. A new object on every sign-in and sign-out, so a
 // refresh still in flight from before sees that it is stale and renders nothing.
 function newSession() {
-  return { eventCursor: null, events: [], workloadOffset: 0 };
+  return { eventCursor: null, events: [] };
 }
 
 let session = newSession();
@@ -397,14 +397,9 @@ function renderEvents(events) {
   );
 }
 
-async function fetchWorkloads(s) {
-  // Oldest first: ask for the last page, at an offset from the previous total (again if it moved).
-  let page = await api(`v1/workloads?limit=${WORKLOADS_SHOWN}&offset=${s.workloadOffset}`);
-  const wanted = Math.max(0, page.total - WORKLOADS_SHOWN);
-  if (wanted !== s.workloadOffset) {
-    s.workloadOffset = wanted;
-    page = await api(`v1/workloads?limit=${WORKLOADS_SHOWN}&offset=${s.workloadOffset}`);
-  }
+async function fetchWorkloads() {
+  // Newest first: the first page holds the newest.
+  const page = await api(`v1/workloads?limit=${WORKLOADS_SHOWN}`);
   return page.items;
 }
 
@@ -449,7 +444,7 @@ async function refresh() {
     const [clusters, nodes, workloads, functions, events] = await Promise.all([
       api("v1/clusters"),
       api("v1/nodes?limit=1000"),
-      fetchWorkloads(s),
+      fetchWorkloads(),
       api("v1/functions"),
       fetchEvents(s),
     ]);

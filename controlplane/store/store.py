@@ -223,6 +223,7 @@ class Store:
         limit: int = 100,
         offset: int = 0,
     ) -> tuple[list[WorkloadRow], int]:
+        """A page of the workloads matching every filter given, newest first, and their total."""
         query = select(WorkloadRow)
         if status:
             query = query.where(WorkloadRow.status == status)
@@ -235,7 +236,9 @@ class Store:
             if cluster:
                 sub = sub.where(PlacementRow.cluster == cluster)
             query = query.where(WorkloadRow.id.in_(sub))
-        return await self._page(query, WorkloadRow.created_at, limit, offset)
+        # Newest first, so that new work is on the first page; the id breaks ties so pages do not
+        # overlap.
+        return await self._page(query, (WorkloadRow.created_at.desc(), WorkloadRow.id.desc()), limit, offset)
 
     async def get_workload(self, workload_id: str) -> tuple[WorkloadRow, list[PlacementRow]] | None:
         async with self._reading() as session:
@@ -268,7 +271,9 @@ class Store:
             return await session.scalar(select(WorkloadRow).where(WorkloadRow.idempotency_key == key))
 
     async def _page(self, query: Any, order: Any, limit: int, offset: int) -> tuple[list[Any], int]:
+        """One page of ``query`` and the total; ``order`` is one column or a tuple of them."""
         async with self._reading() as session:
             total = await session.scalar(select(func.count()).select_from(query.subquery()))
-            rows = await session.scalars(query.order_by(order).limit(limit).offset(offset))
+            columns = order if isinstance(order, tuple) else (order,)
+            rows = await session.scalars(query.order_by(*columns).limit(limit).offset(offset))
             return list(rows), int(total or 0)

@@ -162,3 +162,48 @@ def test_an_unreachable_hub_is_one_line_without_the_token(tmp_path):
         last.startswith("controlplane get: cannot reach the hub at http://127.0.0.1:") and "refused" in last
     )
     assert "secret-token" not in result.stdout + result.stderr
+
+
+async def test_get_workloads_lists_the_newest_first_with_filters_and_paging(
+    nats_server, sqlite_url, tmp_path
+):
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (running, api),
+        running_agents(nats_server.url, tmp_path, ["edge-a"]),
+    ):
+        admin = await IdentityStore(running.hub.store).create_api_token("cli", ["admin"])
+        data_dir = tmp_path / ".edgeplane"
+        data_dir.mkdir()
+        (data_dir / "admin.token").write_text(admin.token + "\n")
+        write_client_config(data_dir, running.url, data_dir / "admin.token")
+        first = await api.post_workload({"name": "first", "command": ["true"]})
+        await api.wait_status(first, "Succeeded")
+        second = await api.post_workload({"name": "second", "command": ["true"]})
+        await api.wait_status(second, "Succeeded")
+        # More cores than any node has: it stays Pending.
+        third = await api.post_workload({"name": "third", "command": ["true"], "resources": {"cpu": 512}})
+
+        def ids(done: subprocess.CompletedProcess[str]) -> list[str]:
+            assert done.returncode == 0, done.stderr
+            return [line.split()[0] for line in done.stdout.splitlines()[1:]]
+
+        listed = await _run(tmp_path, "get", "workloads")
+        assert ids(listed) == [third, second, first], listed.stdout
+        assert listed.stderr == ""
+        succeeded = await _run(tmp_path, "get", "workloads", "--status", "Succeeded")
+        assert ids(succeeded) == [second, first], succeeded.stdout
+        assert ids(await _run(tmp_path, "get", "workloads", "--name", "first")) == [first]
+        assert ids(await _run(tmp_path, "get", "workloads", "--node", "edge-a")) == [second, first]
+        one = await _run(tmp_path, "get", "workloads", "--limit", "1")
+        assert ids(one) == [third]
+        assert "(1 of 3, newest first; --offset 1 shows the next)" in one.stderr, one.stderr
+        assert ids(await _run(tmp_path, "get", "workloads", "--limit", "1", "--offset", "1")) == [second]
+        names = await _run(tmp_path, "get", "workloads", "-o", "name")
+        assert names.stdout.splitlines() == [f"workload/{w}" for w in (third, second, first)]
+        wide = await _run(tmp_path, "get", "workloads", "-o", "wide", "--cluster", "default")
+        assert wide.stdout.split("\n", 1)[0].split()[-3:] == ["PRIORITY", "CLUSTERS", "MESSAGE"], wide.stdout
+        assert ids(wide) == [second, first]
+        bogus = await _run(tmp_path, "get", "workloads", "--status", "Bogus")
+        assert bogus.returncode == 1 and "(field: status)" in bogus.stderr, bogus.stderr
+        misplaced = await _run(tmp_path, "get", "functions", "--node", "edge-a")
+        assert misplaced.returncode == 1 and "--node does not apply to `get functions`" in misplaced.stderr

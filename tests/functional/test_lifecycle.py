@@ -187,7 +187,8 @@ async def test_lists_paginate_and_filter(nats_server, sqlite_url, tmp_path):
         for index in range(5):
             await api.post_workload({"name": f"w{index}", "command": ["true"]})
         page = await api.get("/v1/workloads?limit=2&offset=1")
-        assert page["total"] == 5 and [w["name"] for w in page["items"]] == ["w1", "w2"]
+        # Newest first: new work is on the first page.
+        assert page["total"] == 5 and [w["name"] for w in page["items"]] == ["w3", "w2"]
         assert (await api.get("/v1/workloads?status=Pending"))["total"] == 5
         assert (await api.get("/v1/workloads?status=Running"))["total"] == 0
         status, body = await api.call("GET", "/v1/workloads?limit=0")
