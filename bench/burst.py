@@ -369,6 +369,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def save_report(
+    report: dict[str, Any],
+    *,
+    json_path: str | None,
+    plot_path: str | None,
+    draw: Callable[[dict[str, Any], str], None],
+) -> None:
+    """A bench's figures to ``json_path`` and its plot (``draw``) to ``plot_path``, where given."""
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2))
+    if plot_path:
+        draw(report, plot_path)
+        print(f"plot: {plot_path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     report = asyncio.run(run(args))
@@ -378,11 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         f"terminal {report['terminal']}"
     )
     print(table(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    if args.plot:
-        plot(report, args.plot)
-        print(f"plot: {args.plot}")
+    save_report(report, json_path=args.json, plot_path=args.plot, draw=plot)
     return 0 if report["accepted"] == args.workloads else 1
 
 

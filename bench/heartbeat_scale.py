@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import multiprocessing as mp
 import os
@@ -46,7 +45,7 @@ from typing import Any
 
 import aiohttp
 import psutil
-from burst import printed_url  # bench/ is this script's directory
+from burst import printed_url, save_report  # bench/ is this script's directory
 
 API_LINE = re.compile(r"edgeplane hub: API (\S+)")
 CLUSTER = "default"
@@ -462,11 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         f"heartbeat scale: {args.agents} agents at 1 Hz, {args.seconds:.0f} s steady, {os.cpu_count()} cores"
     )
     print(table(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    if args.plot:
-        plot(report, args.plot)
-        print(f"plot: {args.plot}")
+    save_report(report, json_path=args.json, plot_path=args.plot, draw=plot)
     if args.py_spy:
         for k in args.agent_counts:
             collapsed = Path(args.py_spy) / f"hub-{k}.txt"
