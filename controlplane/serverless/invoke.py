@@ -35,7 +35,7 @@ from edgeplane_contract.transport import PAYLOAD_MARGIN
 
 from controlplane.bus.hub_bus import MessageTooLargeError
 from controlplane.errors import PayloadTooLargeError
-from controlplane.hub.nodes import FunctionHost
+from controlplane.hub.nodes import FunctionHost, NodeLive
 from controlplane.serverless.estimates import Estimates, FunctionStats
 from controlplane.serverless.invoke_wire import InvokeWire
 from controlplane.serverless.outcome import InvocationOutcome, accept_result
@@ -45,7 +45,7 @@ from controlplane.serverless.settings import ServerlessSettings
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.serverless.warmth import Spawn, Warmth
 
-__all__ = ["COLD_START_BUDGET_S", "RECONNECT_WAIT_S", "REREGISTER_LEASES", "Invoker"]
+__all__ = ["COLD_START_BUDGET_S", "RECONNECT_WAIT_S", "REREGISTER_LEASES", "REREGISTER_MIN_S", "Invoker"]
 
 log = logging.getLogger("edgeplane.hub.functions")
 
@@ -61,6 +61,9 @@ RECONNECT_WAIT_S = 15.0
 # started), a node not heard since may still be on its way back: an invocation that finds no
 # capacity waits for it (within RECONNECT_WAIT_S and its budget) instead of failing at once.
 REREGISTER_LEASES = 3.0
+# ... and at least this long, however short their leases (an agent's reconnect backoff and its
+# registration take a few seconds).
+REREGISTER_MIN_S = 5.0
 
 
 class Invoker:
@@ -304,30 +307,51 @@ class Invoker:
             if live is not None and live.boot_id != boot_id and live.status == "Ready":
                 return
 
+    def _reregister_grace_s(self, live: NodeLive) -> float:
+        """How long after the hub hears its cluster again a node may take to be heard itself."""
+        return max(REREGISTER_LEASES * live.lease_s, REREGISTER_MIN_S)
+
     def _returning_nodes(self, now: float) -> set[str]:
         """Nodes that may be on their way back: Ready (or held) but not heard since the hub's
-        connection to their cluster came back or the hub started, within ``REREGISTER_LEASES`` of
-        their lease since then; and those of a cluster the hub cannot hear now."""
+        connection to their cluster came back or the hub started, within their grace since then
+        (``_reregister_grace_s``); and those of a cluster the hub cannot hear now."""
         returning = set()
         for name, live in self.hub.nodes.items():
             if live.status != "Ready" and not live.held:
                 continue
             since = self.hub.bus.hearing_since(live.cluster)
-            if since is None or (live.last_seen < since and now - since < REREGISTER_LEASES * live.lease_s):
+            if since is None or (live.last_seen < since and now - since < self._reregister_grace_s(live)):
                 returning.add(name)
         return returning
+
+    def _still_returning(self, name: str, now: float) -> bool | None:
+        """For a node waited for: True while it may still come back, False once its grace ended,
+        None when it was heard again (or is gone). Its status does not end the wait: a node not
+        heard after the reconnect goes NotReady at its lease, and may still re-register within
+        its grace."""
+        live = self.hub.nodes.get(name)
+        if live is None:
+            return False
+        since = self.hub.bus.hearing_since(live.cluster)
+        if since is None:
+            return True
+        if live.last_seen >= since and live.status == "Ready":
+            return None
+        return now - since < self._reregister_grace_s(live)
 
     async def _wait_for_returning_nodes(self, until: float) -> bool:
         """With no capacity now: wait (until ``until``, loop time) while nodes may be on their way
         back after a reconnect or a hub start (``_returning_nodes``). True as soon as one is heard
-        again or its grace ends (route again); False when none is returning or time is up."""
+        again or all their graces ended (route again); False when none is returning or time is up."""
         loop = asyncio.get_running_loop()
         waiting = self._returning_nodes(loop.time())
         if waiting:
             self.counters["waited_for_reregistration"] += 1
         while waiting and loop.time() < until:
             await asyncio.sleep(0.1)
-            if waiting - self._returning_nodes(loop.time()):
+            now = loop.time()
+            states = [self._still_returning(name, now) for name in waiting]
+            if None in states or not any(states):
                 return True
         return False
 
