@@ -26,7 +26,11 @@ from typing import (
 
 from controlplane.schema import Schema, nullable
 
-__all__ = ["StoredAs", "type_schema"]
+__all__ = ["JSON_NAME", "StoredAs", "type_schema"]
+
+# A dataclass field's metadata key for its JSON name when it differs from the attribute's
+# (``continue`` is a Python keyword); the API's to_json writes that name.
+JSON_NAME = "json_name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +95,15 @@ def _type_schema(tp: Any, components: Mapping[Any, str], *, nested: bool) -> Sch
         if nested and tp in components:
             return {"$ref": f"#/components/schemas/{components[tp]}"}
         hints = get_type_hints(tp, include_extras=True)
-        schema = {"type": "object", "properties": {k: inner(v) for k, v in hints.items()}}
+        names = {k: k for k in hints}
+        if dataclasses.is_dataclass(tp):
+            names.update(
+                {f.name: f.metadata[JSON_NAME] for f in dataclasses.fields(tp) if JSON_NAME in f.metadata}
+            )
+        schema = {"type": "object", "properties": {names[k]: inner(v) for k, v in hints.items()}}
         if dataclasses.is_dataclass(tp):
             required = [
-                f.name
+                names[f.name]
                 for f in dataclasses.fields(tp)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             ]

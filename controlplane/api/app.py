@@ -27,6 +27,7 @@ from controlplane.api.openapi import openapi_document
 from controlplane.api.params import (
     AFTER,
     CLUSTER,
+    CONTINUE,
     EVENTS_LIMIT,
     IDEMPOTENCY_KEY,
     KIND,
@@ -35,6 +36,7 @@ from controlplane.api.params import (
     NODE_STATUS,
     OBJECT_ID,
     WORKLOAD_STATUS,
+    InvalidContinueError,
     page,
 )
 from controlplane.api.redact import redact
@@ -191,17 +193,24 @@ async def create_workload(request: web.Request) -> web.Response:
 async def list_workloads(request: web.Request) -> web.Response:
     hub = request.app[HUB]
     limit, offset = page(request)
+    after = CONTINUE.parse(request)
+    if after is not None and offset:
+        raise InvalidContinueError("cannot be combined with offset (the token says where)", field="continue")
+    # One more than the page: whether a next page exists (its token), without another count.
     rows, total = await hub.store.list_workloads(
         status=WORKLOAD_STATUS.parse(request),
         name=NAME.parse(request),
         node=NODE.parse(request),
         cluster=CLUSTER.parse(request),
-        limit=limit,
+        limit=limit + 1,
         offset=offset,
+        after=after,
     )
+    more, rows = len(rows) > limit, rows[:limit]
+    token = CONTINUE.token(rows[-1].created_at, rows[-1].id) if more else None
     placements = await hub.store.placements_for([r.id for r in rows])
     items = [Workload.of(r, placements.get(r.id, [])) for r in rows]
-    body = to_json(WorkloadPage(items=items, total=total, limit=limit, offset=offset))
+    body = to_json(WorkloadPage(items=items, total=total, limit=limit, offset=offset, continue_=token))
     return web.json_response(redact(body, principal_of(request)))
 
 

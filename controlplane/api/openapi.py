@@ -219,9 +219,19 @@ _PATHS: dict[str, Any] = {
             "operationId": "listWorkloads",
             "summary": "List workloads, newest first",
             "parameters": _params(
-                params.LIMIT, params.OFFSET, params.WORKLOAD_STATUS, params.NAME, params.NODE, params.CLUSTER
+                params.LIMIT,
+                params.CONTINUE,
+                params.OFFSET,
+                params.WORKLOAD_STATUS,
+                params.NAME,
+                params.NODE,
+                params.CLUSTER,
             ),
-            "responses": {"200": _json(_model(views.WorkloadPage)), "422": _ERROR},
+            "responses": {
+                "200": _json(_model(views.WorkloadPage)),
+                "400": _json(_ref("Error"), "The continue token is not one this list answered"),
+                "422": _ERROR,
+            },
         },
     },
     "/v1/workloads/{id}": {

@@ -3,17 +3,22 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from controlplane.errors import ValidationError
+from controlplane.errors import EdgeplaneError, ValidationError
 
 __all__ = [
     "AFTER",
     "ASYNC",
     "CLUSTER",
+    "CONTINUE",
     "EVENTS_LIMIT",
     "IDEMPOTENCY_KEY",
     "INVOKE_IDEMPOTENCY_KEY",
@@ -28,9 +33,11 @@ __all__ = [
     "WORKLOAD_STATUS",
     "WORKLOAD_STATUSES",
     "ChoiceQuery",
+    "ContinueQuery",
     "Flag",
     "IdempotencyKey",
     "IntQuery",
+    "InvalidContinueError",
     "TextQuery",
     "page",
 ]
@@ -141,6 +148,60 @@ class IdempotencyKey:
         return out
 
 
+class InvalidContinueError(EdgeplaneError):
+    """A ``continue`` token this hub did not write (Kubernetes answers 400 too)."""
+
+    code = "invalid_continue"
+    http_status = 400
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueQuery:
+    """An opaque token for the next page of a list in newest-first order: the (created_at, id)
+    of the previous page's last item, so that the next page starts after it however many new
+    items arrived meanwhile (a keyset, not an offset). None when absent."""
+
+    name: str = "continue"
+    version: int = 1
+
+    def token(self, created_at: float, item_id: str) -> str:
+        """The token of the position just after the item (base64url JSON; opaque to clients)."""
+        raw = json.dumps([self.version, created_at, item_id], separators=(",", ":"))
+        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+    def parse(self, request: web.Request) -> tuple[float, str] | None:
+        raw = request.query.get(self.name)
+        if raw is None:
+            return None
+        try:
+            decoded = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        except (binascii.Error, ValueError):
+            decoded = None
+        if (
+            isinstance(decoded, list)
+            and len(decoded) == 3
+            and decoded[0] == self.version
+            and isinstance(decoded[1], int | float)
+            and not isinstance(decoded[1], bool)
+            and math.isfinite(decoded[1])
+            and isinstance(decoded[2], str)
+        ):
+            return float(decoded[1]), decoded[2]
+        raise InvalidContinueError(
+            "is not a token from a previous page of this list (pass the `continue` it answered)",
+            field=self.name,
+        )
+
+    def parameter(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "in": "query",
+            "description": "the `continue` of the previous page: the next page starts after its last item "
+            "(stable while new items arrive; not with offset)",
+            "schema": {"type": "string"},
+        }
+
+
 LIMIT = IntQuery("limit", 1, 1000, 100)
 OFFSET = IntQuery("offset", 0, 10**9, 0)
 EVENTS_LIMIT = IntQuery("limit", 1, 1000, 100)
@@ -154,6 +215,7 @@ NAME = TextQuery("name")
 NODE = TextQuery("node")
 KIND = TextQuery("kind")
 OBJECT_ID = TextQuery("object_id")
+CONTINUE = ContinueQuery()
 IDEMPOTENCY_KEY = IdempotencyKey()
 INVOKE_IDEMPOTENCY_KEY = IdempotencyKey(
     "a retry with the same key is the same invocation: nothing runs again"

@@ -56,6 +56,11 @@ def _filters(resource: Resource, kind: str, args: argparse.Namespace) -> dict[st
             raise ClientError(f"--{flag} does not apply to {where}")
     if getattr(args, "offset", 0) and (not resource.paged or args.name):
         raise ClientError(f"--offset applies to the lists of nodes and workloads, not to `get {kind}`")
+    if getattr(args, "continue_token", None) is not None:
+        if kind != "workloads" or args.name:
+            raise ClientError(f"--continue applies to the list of workloads, not to `get {kind}`")
+        if getattr(args, "offset", 0):
+            raise ClientError("--continue and --offset do not go together (the token says where)")
     return {f: v for f, v in given.items() if v is not None}
 
 
@@ -86,13 +91,19 @@ def get(client: HubClient, args: argparse.Namespace) -> int:
         items = _newest_events(client, args.limit, args.event_kind)
     elif resource.paged:
         offset = getattr(args, "offset", 0)
-        body = client.get(resource.path, {**filters, "limit": args.limit, "offset": offset})
+        query = {**filters, "limit": args.limit, "offset": offset}
+        query["continue"] = getattr(args, "continue_token", None)
+        body = client.get(resource.path, query)
         items = body["items"]
         total = body.get("total", 0)
-        if total > offset + len(items):
-            order = "newest first" if kind == "workloads" else "by name"
+        if body.get("continue"):  # workloads: a keyset token, stable while new work arrives
             print(
-                f"({len(items)} of {total}, {order}; --offset {offset + len(items)} shows the next)",
+                f"({len(items)} of {total}, newest first; --continue {body['continue']} shows the next)",
+                file=sys.stderr,
+            )
+        elif kind != "workloads" and total > offset + len(items):
+            print(
+                f"({len(items)} of {total}, by name; --offset {offset + len(items)} shows the next)",
                 file=sys.stderr,
             )
     else:

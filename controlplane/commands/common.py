@@ -36,6 +36,7 @@ __all__ = [
     "add_store_arguments",
     "api_auth",
     "api_ssl_context",
+    "check_free_port",
     "check_function_policy",
     "chosen_cluster",
     "database_url",
@@ -48,6 +49,7 @@ __all__ = [
     "mask_url",
     "nats_setup",
     "setup_logging",
+    "start_embedded_nats",
 ]
 
 HUB_SEED_FILE = "hub.nkey"
@@ -95,6 +97,11 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         "--nats",
         default=os.environ.get("EDGEPLANE_NATS_URL"),
         help="NATS URL (env EDGEPLANE_NATS_URL); without it a nats-server is started on a free loopback port",
+    )
+    parser.add_argument(
+        "--nats-port",
+        type=int,
+        help="the embedded nats-server's port on 127.0.0.1 (default: a free one; not with --nats)",
     )
     parser.add_argument("--federation", help="federation config file (default: one cluster named 'default')")
     parser.add_argument(
@@ -329,6 +336,13 @@ def nats_setup(args: argparse.Namespace, data_dir: Path, federation: FederationC
 
     tls = NatsTls.from_options(args.nats_ca, args.nats_cert, args.nats_key)
     seed = read_seed(Path(args.nats_seed)) if args.nats_seed else None
+    port = getattr(args, "nats_port", None)
+    if port is not None:
+        if args.nats:
+            raise ConfigError(
+                "<command line>", "--nats-port", "sets the embedded server's port; not with --nats"
+            )
+        check_free_port("--nats-port", port)
     if args.nats:
         require = args.require_enrolment if args.require_enrolment is not None else seed is not None
         if require and seed is None:
@@ -343,7 +357,9 @@ def nats_setup(args: argparse.Namespace, data_dir: Path, federation: FederationC
             )
         return setup
     seed = seed or ensure_seed(data_dir / HUB_SEED_FILE)
-    server = NatsServer(log_file=data_dir / "nats-server.log", config_file=data_dir / EMBEDDED_CONFIG_FILE)
+    server = NatsServer(
+        port=port, log_file=data_dir / "nats-server.log", config_file=data_dir / EMBEDDED_CONFIG_FILE
+    )
     authority = NatsAuthority(
         config_path=data_dir / EMBEDDED_CONFIG_FILE,
         hub_public_key=public_key_of(seed),
@@ -357,6 +373,37 @@ def nats_setup(args: argparse.Namespace, data_dir: Path, federation: FederationC
     return NatsSetup(
         url=server.url, seed=seed, tls=tls, require_enrolment=require, server=server, authority=authority
     )
+
+
+def start_embedded_nats(nats: NatsSetup) -> NatsServer | None:
+    """The embedded nats-server started, or None with --nats; StartupError (one line) when it
+    exits or does not listen (its port taken since it was checked, a bad config)."""
+    from controlplane.errors import StartupError
+
+    if nats.server is None:
+        return None
+    try:
+        return nats.server.start()
+    except (RuntimeError, TimeoutError, FileNotFoundError) as exc:
+        raise StartupError(f"cannot start the embedded nats-server: {exc}") from exc
+
+
+def check_free_port(flag: str, port: int, host: str = "127.0.0.1") -> None:
+    """A port given on the command line, in range and free now (ConfigError naming ``flag``): a
+    taken port is one line at start, not a child's exit later. Bound as servers bind
+    (SO_REUSEADDR): a port in TIME_WAIT is no conflict."""
+    import socket
+
+    if not 1 <= port <= 65535:
+        raise ConfigError("<command line>", flag, f"must be between 1 and 65535, got {port}")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                "<command line>", flag, f"{host}:{port} is not free ({exc.strerror or exc})"
+            ) from None
 
 
 ADMIN_TOKEN_FILE = "admin.token"

@@ -1,5 +1,6 @@
 """``controlplane get nodes|workloads|functions|clusters|events [NAME]``: tables (-o wide), or
--o name|json|yaml; workloads newest first, with the API's filters and paging."""
+-o name|json|yaml; workloads newest first, with the API's filters and paging (--limit with
+--continue TOKEN, or --offset)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=_offset_argument,
         default=0,
         help="nodes and workloads: skip this many first (the next page: --offset LIMIT)",
+    )
+    parser.add_argument(
+        "--continue",
+        dest="continue_token",
+        metavar="TOKEN",
+        help="workloads: the next page after the one that printed this token (stable while new work "
+        "arrives, as kubectl's continue)",
     )
     filters = parser.add_argument_group("filters (workloads; nodes take --status and --cluster)")
     filters.add_argument(

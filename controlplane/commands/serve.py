@@ -23,6 +23,7 @@ from controlplane.commands.common import (
     mask_url,
     nats_setup,
     setup_logging,
+    start_embedded_nats,
 )
 from controlplane.commands.data_dir import private_data_dir
 
@@ -80,7 +81,7 @@ async def _serve(
     from controlplane.hub.runner import start_hub, wait_for_signal
 
     assert isinstance(federation, FederationConfig)
-    nats_server = nats.server.start() if nats.server is not None else None
+    nats_server = start_embedded_nats(nats)
     nats_url = nats.url
     try:
         settings = hub_settings(args, nats_url, federation, nats)

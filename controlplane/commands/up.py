@@ -26,6 +26,7 @@ from controlplane.commands.common import (
     add_hub_arguments,
     api_auth,
     api_ssl_context,
+    check_free_port,
     check_function_policy,
     database_url,
     ensure_admin_token,
@@ -35,6 +36,7 @@ from controlplane.commands.common import (
     mask_url,
     nats_setup,
     setup_logging,
+    start_embedded_nats,
 )
 from controlplane.commands.data_dir import private_data_dir, sandboxes_dir
 
@@ -54,6 +56,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--agent-cpu",
         help="CPU cores each local agent offers (default: the machine's, shared among the agents)",
+    )
+    parser.add_argument(
+        "--agent-metrics",
+        type=int,
+        metavar="PORT",
+        help="serve each local agent's Prometheus /metrics on 127.0.0.1: the first on PORT, the "
+        "next on PORT+1, ... (default: not served)",
     )
     parser.add_argument(
         "--agent-memory",
@@ -96,11 +105,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_agent_options(args: argparse.Namespace) -> None:
-    """--agent-cpu and --agent-memory, checked before anything starts (ConfigError)."""
+    """--agent-cpu, --agent-memory and --agent-metrics, checked before anything starts (ConfigError)."""
     from edgeplane_contract.resources import parse_cpu, parse_memory
 
     from controlplane.errors import ConfigError, ValidationError
 
+    if args.agent_metrics is not None:
+        for index in range(args.agents):
+            check_free_port("--agent-metrics", args.agent_metrics + index)
     try:
         if args.agent_cpu:
             parse_cpu(args.agent_cpu, field_name="--agent-cpu")
@@ -177,8 +189,13 @@ def _client_url(api_url: str) -> str:
     return api_url
 
 
+def _agent_metrics_port(args: argparse.Namespace, index: int) -> int | None:
+    """The port of the ``index``-th local agent's /metrics (``--agent-metrics``), or None."""
+    return None if args.agent_metrics is None else args.agent_metrics + index
+
+
 def _agent_command(
-    args: argparse.Namespace, nats_url: str, cluster: str, name: str, data_dir: Path
+    args: argparse.Namespace, nats_url: str, cluster: str, name: str, data_dir: Path, index: int
 ) -> list[str]:
     command = [
         sys.executable,
@@ -203,6 +220,9 @@ def _agent_command(
     ]
     cpu, memory = agent_share(args.agents)
     command += ["--cpu", args.agent_cpu or cpu, "--memory", args.agent_memory or memory]
+    metrics_port = _agent_metrics_port(args, index)
+    if metrics_port is not None:
+        command += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
     for flag, value in (
         ("--nats-ca", args.nats_ca),
         ("--nats-cert", args.nats_cert),
@@ -228,7 +248,7 @@ async def _up(
 
     assert isinstance(federation, FederationConfig)
     data_dir = Path(args.data_dir)
-    nats_server = nats.server.start() if nats.server is not None else None
+    nats_server = start_embedded_nats(nats)
     nats_url = nats.url
     agents: list[LocalAgent] = []
     running = None
@@ -255,7 +275,7 @@ async def _up(
             cluster = clusters[index % len(clusters)]
             agent_url = cluster.nats_url or nats_url
             name = f"edge-{index + 1}"
-            command = _agent_command(args, agent_url, cluster.name, name, data_dir)
+            command = _agent_command(args, agent_url, cluster.name, name, data_dir, index)
             if nats.authority is not None:
                 command += await _enrolment(
                     args, running.hub.identities, cluster.name, name, data_dir / "agents" / name, running.url
@@ -273,6 +293,10 @@ async def _up(
             f"  Ctrl-C stops everything.",
             flush=True,
         )
+        if args.agent_metrics is not None and args.agents:
+            last = _agent_metrics_port(args, args.agents - 1)
+            ports = f"{args.agent_metrics}" + (f"-{last}" if args.agents > 1 else "")
+            print(f"  agents' Prometheus /metrics on 127.0.0.1:{ports} (edge-1 first)", flush=True)
         if running.extender is not None:
             print(f"  Kubernetes scheduler extender {running.extender.url} (filter, prioritize)", flush=True)
         stop = asyncio.Event()

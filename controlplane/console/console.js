@@ -12,6 +12,7 @@ const REFRESH_MS = 5000;
 const MAX_BACKOFF_MS = 60000;
 const WORKLOADS_SHOWN = 50;
 const EVENTS_SHOWN = 50;
+const LOG_LINES_SHOWN = 100;
 
 const $ = (id) => document.getElementById(id);
 
@@ -74,6 +75,11 @@ function num(n, digits = 2) {
   return typeof n === "number" && Number.isFinite(n) ? String(Number(n.toFixed(digits))) : "–";
 }
 
+// The node's own measurement (telemetry: the machine's CPU busy share), not the requests.
+function percentUsed(value) {
+  return typeof value === "number" && Number.isFinite(value) ? `${num(value, 0)} %` : "–";
+}
+
 function ago(iso) {
   if (!iso) return "–";
   const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
@@ -134,6 +140,24 @@ async function api(path) {
   return body;
 }
 
+// A text answer (logs): the body as text when 2xx; errors as api() throws them (their body is JSON).
+async function apiText(path) {
+  const response = await fetch(path, {
+    headers: { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY)}`, Accept: "text/plain" },
+    cache: "no-store",
+    credentials: "omit",
+  });
+  if (response.ok) return response.text();
+  let message = `HTTP ${response.status}`;
+  try {
+    message = (await response.json())?.error?.message ?? message;
+  } catch {
+    // not JSON: keep the status
+  }
+  if (response.status === 401 || response.status === 403) throw new Rejected(message);
+  throw new Error(message);
+}
+
 // ---- the sections -----------------------------------------------------------------------------
 
 function renderClusters(page) {
@@ -181,8 +205,12 @@ function renderNodes(page) {
       ["Power", (n) => badge(n.power?.source ?? "unknown")],
       ["Battery", (n) => battery(n.power)],
       ["w3", (n) => num(n.weights?.w3)],
-      ["CPU used / cap", (n) => `${num(n.allocated?.cpu)} / ${num(n.resources?.cpu)}`],
-      ["Memory used / cap", (n) => `${bytes(n.allocated?.memory)} / ${bytes(n.resources?.memory)}`],
+      // What placements requested (the scheduler's ledger), then what the node measured: a
+      // workload may use more or less than it asked for.
+      ["CPU requested / cap", (n) => `${num(n.allocated?.cpu)} / ${num(n.resources?.cpu)}`],
+      ["CPU in use", (n) => percentUsed(n.telemetry?.cpu_percent)],
+      ["Memory requested / cap", (n) => `${bytes(n.allocated?.memory)} / ${bytes(n.resources?.memory)}`],
+      ["Memory in use", (n) => bytes(n.telemetry?.memory_used_bytes)],
       ["GPU / MIG", gpuSummary],
       ["Heartbeat", (n) => ago(n.last_heartbeat_at)],
     ],
@@ -262,9 +290,30 @@ function renderDecision(d) {
   );
 }
 
+// The last lines of each placed replica's output (GET .../logs?tail=N): the node keeps the log, so a
+// node that is down (503) or a replica not placed yet (404) is said in the panel, not as an error.
+async function replicaLogs(id, decisions) {
+  const replicas = [...new Set(decisions.map((d) => d.replica))].sort((a, b) => a - b);
+  return Promise.all(
+    replicas.map(async (replica) => {
+      const path = `v1/workloads/${encodeURIComponent(id)}/logs?replica=${replica}&tail=${LOG_LINES_SHOWN}`;
+      let body;
+      try {
+        const text = await apiText(path);
+        body = el("pre", { class: "log", data: { replica: String(replica) } }, text || "(no output yet)");
+      } catch (error) {
+        if (error instanceof Rejected) throw error;
+        body = el("p", { class: "muted", data: { replica: String(replica) } }, `No log: ${error.message}`);
+      }
+      return el("div", {}, el("h4", {}, `Replica ${replica}: last ${LOG_LINES_SHOWN} lines`), body);
+    }),
+  );
+}
+
 async function showPlacement(id) {
   const panel = $("placement");
   const placement = await api(`v1/workloads/${encodeURIComponent(id)}/placement`);
+  const logs = placement.decisions.length ? await replicaLogs(id, placement.decisions) : [];
   fill(
     panel,
     el("h3", {}, "Placement of ", shortId(placement.workload_id), " ", badge(placement.status)),
@@ -272,6 +321,7 @@ async function showPlacement(id) {
     placement.decisions.length
       ? placement.decisions.map(renderDecision)
       : el("p", { class: "muted" }, "Not placed yet (Pending)."),
+    logs.length ? el("section", { class: "logs" }, el("h3", {}, "Logs"), logs) : null,
   );
   panel.hidden = false;
 }

@@ -18,7 +18,24 @@ from controlplane.extender.kube import (
 from controlplane.extender.translate import NODE_LABEL, UnsupportedPod, edgeplane_node, pod_request
 from controlplane.scheduling.scheduler import Scheduler
 
-__all__ = ["filter_nodes", "prioritize_nodes", "unknown_node_reason"]
+__all__ = ["KUBE_REASONS", "filter_nodes", "kube_reason", "prioritize_nodes", "unknown_node_reason"]
+
+
+# kube-scheduler's NodeResourcesFit says "Insufficient <resource>" whether the node is full now or
+# too small ever (the code, Unschedulable or UnschedulableAndUnresolvable, tells them apart): the
+# extender's answers use its words, for the events and `kubectl describe pod` they end up in.
+KUBE_REASONS = {
+    "node has too little cpu": "Insufficient cpu",
+    "node has too little memory": "Insufficient memory",
+    "node has too few GPUs": "Insufficient nvidia.com/gpu",
+    "node has too few DPUs": "Insufficient edgeplane.io/dpu",
+    "node has too little ephemeral storage": "Insufficient ephemeral-storage",
+}
+
+
+def kube_reason(reason: str) -> str:
+    """The scheduler's reason as kube-scheduler words it, where it has words for it."""
+    return KUBE_REASONS.get(reason, reason)
 
 
 def unknown_node_reason(name: str, label: str = NODE_LABEL) -> str:
@@ -48,9 +65,9 @@ def filter_nodes(scheduler: Scheduler, args: ExtenderArgs, label: str = NODE_LAB
         elif target not in known:
             result.failed_and_unresolvable[node.name] = unknown_node_reason(target, label)
         elif verdict.unresolvable:
-            result.failed_and_unresolvable[node.name] = verdict.reason
+            result.failed_and_unresolvable[node.name] = kube_reason(verdict.reason)
         else:
-            result.failed[node.name] = verdict.reason
+            result.failed[node.name] = kube_reason(verdict.reason)
     return result
 
 

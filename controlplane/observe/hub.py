@@ -4,16 +4,18 @@ function instances): that state is the hub's own, never copied into gauges that 
 
 from __future__ import annotations
 
+import platform
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from edgeplane_contract.messages import FunctionInstance
 
+from controlplane import __version__
 from controlplane.bus.hub_bus import HubBus
 from controlplane.federation.config import FederationConfig
 from controlplane.hub.nodes import NodeLive
@@ -107,6 +109,13 @@ class HubMetrics:
             "How late the hub handles a heartbeat after its agent sent it",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=self.registry,
+        )
+        # The hub process's CPU, memory, open fds and start time (process_*), as every Prometheus
+        # exporter has them; in this registry, since the default one is not served.
+        ProcessCollector(registry=self.registry)
+        # edgeplane_build_info{version, python} 1: which build a series came from (upgrades).
+        Info("edgeplane_build", "The hub's build: edgeplane version and Python", registry=self.registry).info(
+            {"version": __version__, "python": platform.python_version()}
         )
         self._watched = False
         self._watched_interference = False

@@ -34,7 +34,7 @@ from controlplane.scheduling.nodetable import NodeTable
 from controlplane.scheduling.plugin_set import PluginSet
 from controlplane.scheduling.profiles import Profile
 
-__all__ = ["Cycle", "CycleRunner", "Filtered"]
+__all__ = ["Cycle", "CycleRunner", "Filtered", "counted"]
 
 _UNRESOLVABLE = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 
@@ -66,8 +66,23 @@ class Filtered:
         """kube-scheduler's summary: ``0/N nodes are available: 3 <reason>, 1 <reason>``."""
         n = len(self.rejected)
         counts = np.bincount(self.first[self.rejected], minlength=len(self.rejections)) if n else np.zeros(0)
-        parts = [f"{int(c)} {self.rejections[k][1].reason}" for k, c in enumerate(counts) if c]
+        parts = [counted(int(c), self.rejections[k][1].reason) for k, c in enumerate(counts) if c]
         return f"0/{n} nodes are available" + (": " + ", ".join(parts) if parts else "")
+
+
+# A reason written of one node ("node has too little cpu"), said of several.
+_PLURAL_SUBJECTS = (("node has ", "nodes have "), ("node is ", "nodes are "), ("node does ", "nodes do "))
+
+
+def counted(count: int, reason: str) -> str:
+    """``3 nodes have too little cpu``, ``1 node has too little cpu``; a reason kube writes with a
+    resource ("Insufficient cpu") reads the same for any count, as in kube-scheduler's summary."""
+    if count != 1:
+        for one, many in _PLURAL_SUBJECTS:
+            if reason.startswith(one):
+                reason = many + reason[len(one) :]
+                break
+    return f"{count} {reason}"
 
 
 class CycleRunner:

@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     for name in policies:
         results[name] = simulate(workload, make_policy(name), cold_start=cold)
         r = results[name]
-        print(f"  simulated {name} in {r.wall_s:.1f} s", flush=True)
+        # Progress, not a result: stderr, so that stdout holds the trace line and the tables only.
+        print(f"  simulated {name} in {r.wall_s:.1f} s", file=sys.stderr, flush=True)
 
     print(_table(results))
     ratios = _ratios(results)

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import Text, cast, event, func, select
+from sqlalchemy import Text, and_, cast, event, func, or_, select
 from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
@@ -222,8 +222,13 @@ class Store:
         cluster: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        after: tuple[float, str] | None = None,
     ) -> tuple[list[WorkloadRow], int]:
-        """A page of the workloads matching every filter given, newest first, and their total."""
+        """A page of the workloads matching every filter given, newest first, and their total.
+
+        ``after`` is a keyset position (created_at, id): the page starts with the next older
+        workload, so that pages do not shift while new workloads arrive (the API's continue token).
+        """
         query = select(WorkloadRow)
         if status:
             query = query.where(WorkloadRow.status == status)
@@ -238,7 +243,19 @@ class Store:
             query = query.where(WorkloadRow.id.in_(sub))
         # Newest first, so that new work is on the first page; the id breaks ties so pages do not
         # overlap.
-        return await self._page(query, (WorkloadRow.created_at.desc(), WorkloadRow.id.desc()), limit, offset)
+        order = (WorkloadRow.created_at.desc(), WorkloadRow.id.desc())
+        if after is None:
+            return await self._page(query, order, limit, offset)
+        created_at, workload_id = after
+        older = or_(
+            WorkloadRow.created_at < created_at,
+            and_(WorkloadRow.created_at == created_at, WorkloadRow.id < workload_id),
+        )
+        async with self._reading() as session:
+            # The total counts every match, not only those after the position.
+            total = await session.scalar(select(func.count()).select_from(query.subquery()))
+            rows = await session.scalars(query.where(older).order_by(*order).limit(limit).offset(offset))
+            return list(rows), int(total or 0)
 
     async def get_workload(self, workload_id: str) -> tuple[WorkloadRow, list[PlacementRow]] | None:
         async with self._reading() as session:

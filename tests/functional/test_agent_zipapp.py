@@ -7,7 +7,6 @@ authenticating nats-server, and runs a workload to Succeeded.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -55,8 +54,6 @@ def agent_pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The artifact, built once for the session (about 30 s) under the session's tmp dir."""
     if PREBUILT:
         return Path(PREBUILT)
-    if importlib.util.find_spec("shiv") is None:
-        pytest.skip("shiv is not installed (pip install shiv; it is in the test extras)")
     out = tmp_path_factory.mktemp("agent-zipapp") / "edge-agent.pyz"
     built = subprocess.run(
         [sys.executable, str(ROOT / "deploy" / "build_agent.py"), "--out", str(out)],
@@ -105,7 +102,7 @@ async def test_the_one_file_agent_enrols_registers_and_runs_a_workload_in_a_clea
             cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
-            # The first start unpacks the dependencies into HOME/.shiv: give it time.
+            # The first start unpacks the dependencies into HOME/.cache/edge-agent: give it time.
             await wait_for(api.nodes, _ready, timeout=90, every=0.25)
             workload = await api.post_workload(
                 {
@@ -119,13 +116,13 @@ async def test_the_one_file_agent_enrols_registers_and_runs_a_workload_in_a_clea
             assert agent.poll() is None, "the agent exited"
             # It ran from the artifact: its dependencies were unpacked under the empty HOME, and
             # the process saw none of the test's environment.
-            unpacked = list(home.glob(".shiv/edge-agent.pyz_*/site-packages/edge_agent"))
+            unpacked = list(home.glob(".cache/edge-agent/edge-agent.pyz_*/site-packages/edge_agent"))
             assert unpacked, sorted(p.name for p in home.rglob("*"))[:20]
             environ = Path(f"/proc/{agent.pid}/environ").read_bytes().split(b"\0")
             assert not [e for e in environ if e.startswith((b"VIRTUAL_ENV=", b"PYTHONPATH="))]
             # The native wheels load from there too: the local policy (onnxruntime) answered the bid.
             maps = Path(f"/proc/{agent.pid}/maps").read_text()
-            assert f"{home}/.shiv/" in maps and "onnxruntime" in maps
+            assert f"{home}/.cache/edge-agent/" in maps and "onnxruntime" in maps
             assert (work / "credentials.json").exists()  # enrolled: later starts need no token
         finally:
             agent.terminate()

@@ -196,10 +196,21 @@ async def test_get_workloads_lists_the_newest_first_with_filters_and_paging(
         assert ids(await _run(tmp_path, "get", "workloads", "--node", "edge-a")) == [second, first]
         one = await _run(tmp_path, "get", "workloads", "--limit", "1")
         assert ids(one) == [third]
-        assert "(1 of 3, newest first; --offset 1 shows the next)" in one.stderr, one.stderr
-        assert ids(await _run(tmp_path, "get", "workloads", "--limit", "1", "--offset", "1")) == [second]
+        hint = one.stderr.strip()
+        assert hint.startswith("(1 of 3, newest first; --continue ") and hint.endswith(" shows the next)")
+        token = hint.split("--continue ")[1].split()[0]
+        # New work meanwhile does not shift the next page (a keyset token, not an offset).
+        fourth = await api.post_workload({"name": "fourth", "command": ["true"], "resources": {"cpu": 512}})
+        following = await _run(tmp_path, "get", "workloads", "--limit", "1", "--continue", token)
+        assert ids(following) == [second] and "--continue " in following.stderr
+        rest = await _run(tmp_path, "get", "workloads", "--continue", token)
+        assert ids(rest) == [second, first] and rest.stderr == ""
+        bad = await _run(tmp_path, "get", "workloads", "--continue", "nonsense")
+        assert bad.returncode == 1 and "(field: continue)" in bad.stderr, bad.stderr
+        assert len(bad.stderr.splitlines()) == 1
+        assert ids(await _run(tmp_path, "get", "workloads", "--limit", "1", "--offset", "1")) == [third]
         names = await _run(tmp_path, "get", "workloads", "-o", "name")
-        assert names.stdout.splitlines() == [f"workload/{w}" for w in (third, second, first)]
+        assert names.stdout.splitlines() == [f"workload/{w}" for w in (fourth, third, second, first)]
         wide = await _run(tmp_path, "get", "workloads", "-o", "wide", "--cluster", "default")
         assert wide.stdout.split("\n", 1)[0].split()[-3:] == ["PRIORITY", "CLUSTERS", "MESSAGE"], wide.stdout
         assert ids(wide) == [second, first]

@@ -161,13 +161,21 @@ def _see_the_fleet(page: _Page, base: str, token: str, workload_id: str) -> None
     edge_a, edge_b = page.cells("nodes", "edge-a"), page.cells("nodes", "edge-b")
     assert edge_a[2] == "Ready" and edge_a[4] == "mains", edge_a
     assert edge_b[4] == "battery" and "35 %" in edge_b[5], edge_b
-    assert "A100" in edge_a[9] and "MIG 3g.20gb, 1g.5gb" in edge_a[9], edge_a
+    assert "A100" in edge_a[11] and "MIG 3g.20gb, 1g.5gb" in edge_a[11], edge_a
+    # Requests are labelled as such, and what the node measured (telemetry) stands beside them.
+    header = [th.text for th in page.driver.find_elements("css selector", "#nodes thead th")]
+    assert header[7:11] == ["CPU requested / cap", "CPU in use", "Memory requested / cap", "Memory in use"]
+    assert re.fullmatch(r"\d+ %", edge_a[8]) and re.fullmatch(r"[\d.]+ [KMGT]?i?B", edge_a[10]), edge_a
 
     # The workload with its status; a click shows where it went and why.
     page.wait(lambda d: "Running" in page.cells("workloads", workload_id), "the workload Running")
     page.find(f'#workloads tbody tr[data-key="{workload_id}"]').click()
     panel = page.find("#placement")
     page.wait(lambda d: "chosen" in panel.text and "profile edgeplane" in panel.text, "the explanation")
+    # ... and what the replica printed, fetched from its node through the hub (as text, not markup).
+    page.wait(lambda d: "hello-from-the-log" in panel.text, "the replica's log in the panel")
+    log = panel.find_element("css selector", 'pre.log[data-replica="0"]')
+    assert log.text.strip() == "hello-from-the-log", log.text
 
     # The function with its instance and cold-start stats.
     page.wait(lambda d: page.cells("functions", "echo")[4] == "1", "one invocation of echo")
@@ -227,7 +235,11 @@ async def test_the_console_shows_a_running_fleet_in_a_real_browser(
         write_power_supply(agents[1].power_dir, on_battery=True, percent=35)
         await wait_for(api.nodes, lambda nodes: any(n["power"]["source"] == "battery" for n in nodes))
         workload_id = await api.post_workload(
-            {"name": "hello", "command": ["sleep", "60"], "resources": {"cpu": 0.5, "memory": "64Mi"}}
+            {
+                "name": "hello",
+                "command": ["sh", "-c", "echo hello-from-the-log; sleep 60"],
+                "resources": {"cpu": 0.5, "memory": "64Mi"},
+            }
         )
         await api.wait_status(workload_id, "Running")
         status, _ = await api.call("POST", "/v1/functions", {**ECHO, "memory": "128Mi"})

@@ -64,7 +64,7 @@ async def test_filter_with_node_names_keeps_what_fits_and_says_why_the_rest_does
     assert body["FailedNodes"] == {"edge-busy": "Insufficient cpu"}
     unresolvable = body["FailedAndUnresolvableNodes"]
     assert set(unresolvable) == {"edge-small", "kind-control-plane"}
-    assert unresolvable["edge-small"] == "node has too little cpu"
+    assert unresolvable["edge-small"] == "Insufficient cpu"  # as kube says it; unresolvable
     assert unresolvable["kind-control-plane"].startswith("edgeplane knows no node 'kind-control-plane'")
     assert body["Error"] == ""
 
@@ -78,7 +78,9 @@ async def test_filter_with_a_node_list_maps_nodes_by_label_and_echoes_the_object
     given = {n["metadata"]["name"]: n for n in payload["Nodes"]["items"]}
     assert body["Nodes"] == {"metadata": {}, "items": [given["k8s-worker-1"], given["k8s-worker-2"]]}
     assert body["FailedNodes"] == {}
-    assert body["FailedAndUnresolvableNodes"]["edge-small"] == "node has too little cpu"
+    assert (
+        body["FailedAndUnresolvableNodes"]["edge-small"] == "Insufficient cpu"
+    )  # as kube says it; unresolvable
     assert "no node 'k8s-worker-9'" in body["FailedAndUnresolvableNodes"]["k8s-worker-9"]
     assert body["Error"] == ""
 

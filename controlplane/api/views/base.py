@@ -6,10 +6,12 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, overload
 
+from controlplane.typeschema import JSON_NAME
+
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["DateTime", "OptionalDateTime", "iso", "one_of", "to_json"]
+__all__ = ["DateTime", "OptionalDateTime", "iso", "json_name", "one_of", "to_json"]
 
 # Documented as JSON Schema's date-time; iso() writes them.
 DateTime = Annotated[str, {"format": "date-time"}]
@@ -35,6 +37,16 @@ def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def json_name(name: str) -> Any:
+    """A field whose JSON key is ``name`` (one Python cannot spell, e.g. ``continue``):
+    ``field: T = json_name("continue")``. Top-level fields of a response model only."""
+    return dataclasses.field(metadata={JSON_NAME: name})
+
+
 def to_json(view: DataclassInstance) -> dict[str, Any]:
     """A response model as its JSON object: every field, in declaration order."""
-    return dataclasses.asdict(view)
+    out = dataclasses.asdict(view)
+    renamed = {f.name: f.metadata[JSON_NAME] for f in dataclasses.fields(view) if JSON_NAME in f.metadata}
+    if not renamed:
+        return out
+    return {renamed.get(key, key): value for key, value in out.items()}

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from controlplane.api.params import WORKLOAD_STATUSES
-from controlplane.api.views.base import DateTime, OptionalDateTime, iso, one_of
+from controlplane.api.views.base import DateTime, OptionalDateTime, iso, json_name, one_of
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.store.models import PlacementRow, WorkloadRow
 from controlplane.store.store import TERMINAL_PLACEMENT
@@ -110,10 +110,16 @@ class Workload:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadPage:
+    """A page of ``GET /v1/workloads``, newest first; ``continue`` (as Kubernetes' list metadata
+    spells it) is the token of the next page, null on the last one."""
+
     items: list[Workload]
-    total: int
+    total: Annotated[int, {"description": "every workload matching the filters, on all pages"}]
     limit: int
     offset: int
+    continue_: Annotated[
+        str | None, {"description": "pass as `?continue=` for the next page; null when no more remain"}
+    ] = json_name("continue")
 
 
 @dataclass(frozen=True, slots=True)

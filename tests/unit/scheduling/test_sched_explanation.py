@@ -66,7 +66,7 @@ FAILED = {
         "masked_by": {"NodeResourcesFit: node has too little cpu": 3},
     },
     "status": "UNSCHEDULABLE_AND_UNRESOLVABLE",
-    "reason": "0/3 nodes are available: 3 node has too little cpu",
+    "reason": "0/3 nodes are available: 3 nodes have too little cpu",
 }
 
 
