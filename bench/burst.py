@@ -8,7 +8,12 @@ the hub on a fresh SQLite data dir, A ``edge-agent`` processes), waits for the n
 POSTs ``{"command": ["true"], "resources": {"cpu": 0.1, "memory": "16Mi"}}`` workloads and polls
 the per-status totals of ``GET /v1/workloads`` until every accepted one is terminal. The hub runs
 inside the ``up`` process; its own CPU time (children excluded: the agents and the nats-server
-are child processes) is the hub's.
+are child processes) is the hub's; the agents' and the nats-server's are given apart.
+
+Report lag: per Succeeded workload, how long after its replica ended on the agent (the placement's
+``finished_at``, the agent's clock) the hub applied the report (the workload's ``finished_at``,
+set when the hub worked out its new status). Both clocks are this machine's. Read once all are
+terminal, outside the measured CPU.
 
 The floors, measured first in the same run: a bare aiohttp handler answering the same POSTs at the
 same concurrency (in a process of its own, its CPU time measured the same way) and a bare SQLite
@@ -32,6 +37,7 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +48,7 @@ TERMINAL = ("Succeeded", "Failed", "Cancelled")
 UP_LINE = re.compile(r"edgeplane is up: API (\S+)")
 BODY_RESOURCES = {"cpu": 0.1, "memory": "16Mi"}
 FLOOR_MIN = 500
+DRAIN_POLL_S = 0.25  # how often the totals are read while the burst drains
 
 # The floor's HTTP server: one handler that decodes the body and answers 201 with a small JSON.
 FLOOR_SERVER = textwrap.dedent(
@@ -77,6 +84,54 @@ def own_cpu_s(pid: int) -> float:
     """User + system CPU seconds of the process itself (not of its children)."""
     times = psutil.Process(pid).cpu_times()
     return float(times.user + times.system)
+
+
+def children_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds of the process's live descendants, by role: ``agents`` and ``nats``."""
+    spent = {"agents": 0.0, "nats": 0.0}
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            times, command = child.cpu_times(), " ".join(child.cmdline())
+        except psutil.Error:  # ended meanwhile
+            continue
+        spent["nats" if "nats-server" in command else "agents"] += times.user + times.system
+    return spent
+
+
+def parse_ts(text: str | None) -> float | None:
+    """An API timestamp (ISO 8601, ``Z``) as seconds since the epoch."""
+    if text is None:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The ``share`` quantile of ``values`` (nearest rank); NaN when there are none."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
+
+
+async def report_lags(http: aiohttp.ClientSession, api: str) -> list[float]:
+    """Per Succeeded workload: the workload's ``finished_at`` (the hub applied the final report)
+    minus its last placement's ``finished_at`` (the agent saw the process end), in seconds."""
+    lags: list[float] = []
+    offset = 0
+    while True:
+        params = {"status": "Succeeded", "limit": "1000", "offset": str(offset)}
+        async with http.get(f"{api}/v1/workloads", params=params) as response:
+            response.raise_for_status()
+            page = await response.json()
+        for item in page["items"]:
+            applied = parse_ts(item["finished_at"])
+            ended = [parse_ts(p["finished_at"]) for p in item["placements"] if p["status"] == "Succeeded"]
+            ended_at = max((e for e in ended if e is not None), default=None)
+            if applied is not None and ended_at is not None:
+                lags.append(max(0.0, applied - ended_at))
+        offset += len(page["items"])
+        if not page["items"] or offset >= page["total"]:
+            return lags
 
 
 async def post_all(
@@ -179,13 +234,15 @@ async def sqlite_floor(tmp: Path, count: int) -> dict[str, float]:
     return {"sqlite_insert_ms_per_row": 1000 * wall / count, "sqlite_cpu_ms_per_row": 1000 * cpu / count}
 
 
-async def wait_until(what: str, check: Callable[[], Awaitable[bool]], timeout_s: float) -> None:
-    """Poll ``check`` until true; fail naming ``what`` after ``timeout_s``."""
+async def wait_until(
+    what: str, check: Callable[[], Awaitable[bool]], timeout_s: float, *, every_s: float = 0.1
+) -> None:
+    """Poll ``check`` every ``every_s`` until true; fail naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while not await check():
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(every_s)
 
 
 def start_up(data_dir: Path, agents: int, log: Path) -> subprocess.Popen[bytes]:
@@ -243,6 +300,7 @@ async def burst(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
             await wait_until(f"{args.agents} Ready nodes", ready, 90)
             cpu0, began = own_cpu_s(up.pid), time.perf_counter()
+            children0 = children_cpu_s(up.pid)
             accepted, refused = await post_all(http, f"{api}/v1/workloads", args.workloads, args.concurrency)
             accepted_s = time.perf_counter() - began
             counts: dict[str, int] = {}
@@ -252,9 +310,12 @@ async def burst(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                     counts[status] = await count_status(http, api, status)
                 return sum(counts.values()) >= accepted
 
-            await wait_until(f"{accepted} terminal workloads", drained, args.timeout)
+            # Each poll is three requests the hub answers inside the measured CPU: not too often.
+            await wait_until(f"{accepted} terminal workloads", drained, args.timeout, every_s=DRAIN_POLL_S)
             drained_s = time.perf_counter() - began
             hub_cpu = own_cpu_s(up.pid) - cpu0
+            children = {k: v - children0[k] for k, v in children_cpu_s(up.pid).items()}
+            lags = await report_lags(http, api)
     finally:
         up.terminate()
         try:
@@ -271,6 +332,11 @@ async def burst(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "drained_per_s": accepted / drained_s,
         "hub_cpu_s": hub_cpu,
         "hub_cpu_ms_per_workload": 1000 * hub_cpu / max(1, accepted),
+        "agents_cpu_ms_per_workload": 1000 * children["agents"] / max(1, accepted),
+        "nats_cpu_ms_per_workload": 1000 * children["nats"] / max(1, accepted),
+        "report_lag_p50_ms": 1000 * percentile(lags, 0.5),
+        "report_lag_p99_ms": 1000 * percentile(lags, 0.99),
+        "report_lag_max_ms": 1000 * max(lags, default=float("nan")),
     }
 
 
@@ -304,6 +370,10 @@ def table(report: dict[str, Any]) -> str:
         ("hub CPU per workload (ms)", f"{report['hub_cpu_ms_per_workload']:.2f}", http_cpu,
          f"{ratio['hub_cpu_vs_http_cpu']:.1f}x"),
         ("", "", sqlite_cpu, f"{ratio['hub_cpu_vs_sqlite_insert_cpu']:.1f}x"),
+        ("agents' CPU per workload (ms)", f"{report['agents_cpu_ms_per_workload']:.2f}", "", ""),
+        ("nats-server CPU per workload (ms)", f"{report['nats_cpu_ms_per_workload']:.2f}", "", ""),
+        ("report lag p50 / p99 / max (ms)", f"{report['report_lag_p50_ms']:.0f} / "
+         f"{report['report_lag_p99_ms']:.0f} / {report['report_lag_max_ms']:.0f}", "", ""),
     ]  # fmt: skip
     lines = ["| metric | hub | floor | ratio |", "|---|---:|---:|---:|"]
     lines += [f"| {' | '.join(row)} |" for row in rows]

@@ -5,12 +5,14 @@ run on this machine, with the ratio of each figure.
 
 Checks REF out in a temporary ``git worktree`` and runs, round after round, each bench on REF then
 on the working tree: ``bench/burst.py``, ``bench/functions_live.py`` and
-``bench/lifecycle_latency.py``. The bench scripts are always this tree's (the same instrument on
-both sides); the code they measure is the tree's they run in: each run is a subprocess with
-``PYTHONPATH=<tree>`` and its cwd in that tree, and the hub, ``controlplane up`` and the agents
-are started with ``sys.executable -m ...``, which inherit that path (checked before the first
-round). Prints the median of each figure per side and tree/REF; a hot path more than 20% worse is
-flagged SLOWER and the exit status is 1. The worktree is removed at the end, also on failure.
+``bench/lifecycle_latency.py``; with ``--benches heartbeat`` (or a list naming it) also
+``bench/heartbeat_scale.py`` (2,000 impersonated agents, a few minutes: not by default). The bench
+scripts are always this tree's (the same instrument on both sides); the code they measure is the
+tree's they run in: each run is a subprocess with ``PYTHONPATH=<tree>`` and its cwd in that tree,
+and the hub, ``controlplane up`` and the agents are started with ``sys.executable -m ...``, which
+inherit that path (checked before the first round). Prints the median of each figure per side and
+tree/REF; a hot path more than 20% worse is flagged SLOWER and the exit status is 1. The worktree
+is removed at the end, also on failure.
 """
 
 from __future__ import annotations
@@ -41,13 +43,15 @@ class Metric:
     """One figure a bench writes to its JSON: where it is and which way is better."""
 
     name: str
-    path: tuple[str, ...]
+    path: tuple[str | int, ...]  # keys, and indexes into lists
     higher_is_better: bool = False
 
     def read(self, report: dict[str, Any]) -> float:
         value: Any = report
         for key in self.path:
             value = value[key]
+        if value is None:  # not reached in the run (e.g. a storm not absorbed in time): the worst
+            return 0.0 if self.higher_is_better else float("inf")
         return float(value)
 
 
@@ -60,6 +64,7 @@ class Bench:
     args: tuple[str, ...]
     quick_args: tuple[str, ...]
     metrics: tuple[Metric, ...]
+    optional: bool = False  # run only when named in --benches
 
 
 BENCHES = (
@@ -95,6 +100,19 @@ BENCHES = (
             Metric("lifecycle: POST->Running p50 (ms)", ("post_to_running_ms", "p50")),
             Metric("lifecycle: POST->Succeeded p50 (ms)", ("post_to_succeeded_observed_ms", "p50")),
         ),
+    ),
+    Bench(
+        "heartbeat",
+        "heartbeat_scale.py",
+        ("--agents", "2000", "--seconds", "10", "--warmup", "3"),
+        ("--agents", "50", "--seconds", "2", "--warmup", "1"),
+        (
+            Metric("heartbeat: hub CPU cores", ("runs", 0, "hub_cpu_cores")),
+            Metric("heartbeat: hub CPU / bare subscriber's", ("runs", 0, "cpu_ratio")),
+            Metric("heartbeat: hub µs/heartbeat", ("runs", 0, "hub_cpu_us_per_heartbeat")),
+            Metric("heartbeat: registration storm (s)", ("runs", 0, "register_s")),
+        ),
+        optional=True,  # a few minutes of a fleet: named in --benches when the agent paths change
     ),
 )
 
@@ -243,8 +261,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the plumbing, not speed")
     parser.add_argument(
         "--benches",
-        default=",".join(b.name for b in BENCHES),
-        help=f"comma-separated subset of {', '.join(b.name for b in BENCHES)}",
+        default=",".join(b.name for b in BENCHES if not b.optional),
+        help=f"comma-separated subset of {', '.join(b.name for b in BENCHES)} (default: all but "
+        f"{', '.join(b.name for b in BENCHES if b.optional)})",
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one bench run may take")
     parser.add_argument("--json", help="write the table's figures to this file")

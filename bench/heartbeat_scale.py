@@ -6,9 +6,11 @@ For each K: a nats-server of its own (anonymous: ``controlplane serve --nats URL
 does not require enrolment) and ``controlplane serve`` as a process of its own on a fresh SQLite
 data dir. A few load-generator processes, each with one NATS connection, impersonate the K agents
 with the real contract: each node registers (``RegisterV1`` as a request on its register subject,
-retried with jitter when refused or unanswered, as an agent does), then publishes ``HeartbeatV1``
-on its heartbeat subject once a second, the nodes' phases spread over the second. All K register at
-once: the time until the last is admitted is the re-registration storm's (``register_s``).
+retried as an agent does: after the hub's ``retry_after_s`` with the agent's jitter when the hub
+gives one, else after a random 0.5-2 s; a request unanswered in 3 s counts as unanswered), then
+publishes ``HeartbeatV1`` on its heartbeat subject once a second, the nodes' phases spread over the
+second. All K register at once: the time until the last is admitted is the re-registration
+storm's (``register_s``).
 
 Measured over the steady window of ``--seconds`` after a short warm-up: the hub's CPU cores (its
 own CPU time over the window's wall time, psutil), its RSS at the end, the heartbeat handling lag
@@ -51,7 +53,10 @@ API_LINE = re.compile(r"edgeplane hub: API (\S+)")
 CLUSTER = "default"
 HEARTBEAT_S = 1.0
 NODES_PER_GENERATOR = 2500
-REGISTER_IN_FLIGHT = 64  # per generator: a storm, but not an unbounded one
+# Per generator: every node at once, as a fleet re-registering after a hub restart does; each
+# request waits as long as an agent's (edge_agent/registration.py) before it is asked again.
+REGISTER_IN_FLIGHT = NODES_PER_GENERATOR
+REGISTER_TIMEOUT_S = 3.0
 # Frames on every stack (the loop, the threads, the entry point): left out of the top entries.
 GENERIC_FRAMES = ("asyncio/", "threading.py", "<frozen runpy>", "controlplane/cli.py", "commands/serve.py",
                   "concurrent/futures/thread.py")  # fmt: skip
@@ -87,6 +92,8 @@ async def _generate(url: str, nodes: list[str], out: Any, stop: Any) -> None:
 
     from edgeplane_contract.messages import HeartbeatV1, RegisterAckV1, Subjects, Telemetry, decode, encode
 
+    from edge_agent.registration import retry_delay
+
     subjects = Subjects(cluster=CLUSTER)
     nc = await nats.connect(url, name="heartbeat-bench", max_reconnect_attempts=-1)
     boots = {node: uuid.uuid4().hex for node in nodes}
@@ -105,16 +112,20 @@ async def _generate(url: str, nodes: list[str], out: Any, stop: Any) -> None:
         nonlocal retries
         payload = encode(_register_message(node, boots[node]))
         while True:
+            delay = random.uniform(0.5, 2.0)
             async with gate:
                 try:
-                    reply = await nc.request(subjects.register(node), payload, timeout=10.0)
-                    if decode(reply.data, RegisterAckV1).accepted:
+                    reply = await nc.request(subjects.register(node), payload, timeout=REGISTER_TIMEOUT_S)
+                    ack = decode(reply.data, RegisterAckV1)
+                    if ack.accepted:
                         live.add(node)
                         return
+                    if ack.retry_after_s is not None:  # the hub's turn, with the agent's jitter
+                        delay = retry_delay(ack.retry_after_s)
                 except Exception:  # unanswered in time: the agent tries again
                     pass
             retries += 1
-            await asyncio.sleep(random.uniform(0.5, 2.0))
+            await asyncio.sleep(delay)
 
     async def register_all() -> None:
         await asyncio.gather(*(register(node) for node in nodes))
@@ -239,9 +250,23 @@ def top_frames(collapsed: Path, count: int = 15) -> list[tuple[str, float]]:
 
 
 def _profile(pid: int, seconds: float, path: Path) -> subprocess.Popen[bytes]:
+    """py-spy on the hub for ``seconds`` (or until SIGINT, which still writes the file); ``--gil``:
+    only the samples of the thread holding the GIL, i.e. where the hub's CPU goes, not its idle
+    waits in ``select``."""
     command = ["py-spy", "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))),
-               "--format", "raw", "--rate", "50", "--nonblocking", "-o", str(path)]  # fmt: skip
+               "--format", "raw", "--rate", "100", "--gil", "--nonblocking", "-o", str(path)]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _end_profile(profiler: subprocess.Popen[bytes] | None) -> None:
+    if profiler is None:
+        return
+    if profiler.poll() is None:
+        profiler.send_signal(signal.SIGINT)
+    try:
+        profiler.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        profiler.kill()
 
 
 async def one_run(
@@ -277,6 +302,10 @@ async def one_run(
             floor.start()
             procs.append(floor)
             await asyncio.to_thread(_expect, out, "floor_ready", 30)
+            storm_profiler = None
+            if profile_dir is not None:  # the registration storm, until the last is admitted
+                storm_path = profile_dir / f"hub-{agents}-storm.txt"
+                storm_profiler = _profile(serve.pid, register_timeout_s, storm_path)
             names = [f"hb-{i:05d}" for i in range(agents)]
             generators = max(1, math.ceil(agents / NODES_PER_GENERATOR))
             for g in range(generators):
@@ -296,6 +325,7 @@ async def one_run(
                     register_s = None
                     break
                 register_s, retries = max(register_s or 0.0, item[2]), retries + item[3]
+            await asyncio.to_thread(_end_profile, storm_profiler)
             async with aiohttp.ClientSession(
                 headers=headers, timeout=aiohttp.ClientTimeout(total=60)
             ) as http:
@@ -394,6 +424,20 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def floor_lines(report: dict[str, Any]) -> list[str]:
+    """One line per fleet size: the hub's CPU against the bare subscriber's in the same run (the
+    figure that holds on a shared, noisy machine)."""
+    lines = []
+    for run in report["runs"]:
+        ratio = run["cpu_ratio"]
+        lines.append(
+            f"floor ratio at {run['agents']} agents: hub {run['hub_cpu_cores']:.3f} cores = "
+            + (f"{ratio:.1f}x" if ratio else "n/a")
+            + f" the bare subscriber's {run['floor_cpu_cores']:.3f}"
+        )
+    return lines
+
+
 def plot(report: dict[str, Any], path: str) -> None:
     """Hub CPU cores against agents, beside the floor's."""
     import matplotlib
@@ -458,17 +502,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     report = asyncio.run(run(args))
     print(
-        f"heartbeat scale: {args.agents} agents at 1 Hz, {args.seconds:.0f} s steady, {os.cpu_count()} cores"
+        f"heartbeat scale: {args.agents} agents at 1 Hz, {args.seconds:.0f} s steady, "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}"
     )
     print(table(report))
+    for line in floor_lines(report):
+        print(line)
     save_report(report, json_path=args.json, plot_path=args.plot, draw=plot)
     if args.py_spy:
         for k in args.agent_counts:
-            collapsed = Path(args.py_spy) / f"hub-{k}.txt"
-            if collapsed.exists():
-                print(f"profile of the hub at {k} agents (share of samples on the stack):")
-                for frame, share in top_frames(collapsed):
-                    print(f"  {100 * share:5.1f}%  {frame}")
+            for suffix, what in (("", "heartbeating"), ("-storm", "registering at once")):
+                collapsed = Path(args.py_spy) / f"hub-{k}{suffix}.txt"
+                if collapsed.exists():
+                    print(f"profile of the hub, {k} agents {what} (share of GIL samples on the stack):")
+                    for frame, share in top_frames(collapsed):
+                        print(f"  {100 * share:5.1f}%  {frame}")
     return 0
 
 

@@ -1,9 +1,21 @@
-"""Measure the time from POST /v1/workloads to Running and to Succeeded on loopback.
+"""Measure the time from POST /v1/workloads to Running and to Succeeded on loopback, against
+floors measured in the same run.
 
 Starts a nats-server, a hub on a temporary SQLite file and N agent processes, then submits
-workloads one at a time and polls the API. Usage:
+workloads one at a time. Usage:
 
     python bench/lifecycle_latency.py --agents 3 --workloads 50 [--json out.json]
+
+POST -> Running is the agent's ``started_at`` (taken once the process was started) less the
+client's clock just before the POST: the API's polling period does not enter it. It is split
+into stages from the workload's own times (ms precision): POST -> created (``created_at``, taken
+as the hub starts storing it), created -> scheduled (the store's commit, the reconcile round's
+read, scheduler and bid round; ``scheduled_at`` is taken as its write begins) and scheduled ->
+started (the command to the agent, the agent's process start). POST -> Succeeded is
+observed by polling every ``POLL_S``. The floors, measured on the same machine, NATS server and
+load, before and after the workloads: a bare nats-py request/reply, a bare aiohttp GET, a bare
+``asyncio.create_subprocess_exec("true")``; their sum is the least a POST -> Running pays (one
+API request, one hub -> agent request, one process start), and the ratio to it is printed.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -30,10 +43,19 @@ from controlplane.store.identities import IdentityStore
 
 # The API's per-token rate limit (50/s by default) is off: these runs measure the hub, not the limiter.
 UNLIMITED = AuthSettings(rate_per_s=0)
+POLL_S = 0.005
+FLOOR_SAMPLES = 100  # per floor, half before the workloads, half after
 
 
 def _ts(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -41,15 +63,97 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+async def nats_floor(url: str, n: int) -> list[float]:
+    """Round trips of a bare nats-py request to a responder on another connection (ms)."""
+    import nats
+
+    server, client = await nats.connect(url), await nats.connect(url)
+    try:
+
+        async def echo(msg: Any) -> None:
+            await msg.respond(msg.data)
+
+        await server.subscribe("floor.echo", cb=echo)
+        await server.flush()
+        payload = b"x" * 256
+        await client.request("floor.echo", payload, timeout=2)  # warm
+        out = []
+        for _ in range(n):
+            t = time.perf_counter()
+            await client.request("floor.echo", payload, timeout=2)
+            out.append(1000 * (time.perf_counter() - t))
+        return out
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def aiohttp_floor(n: int) -> list[float]:
+    """Round trips of a GET to a bare aiohttp handler answering JSON (ms)."""
+    from aiohttp import web
+
+    async def handler(_: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with aiohttp.ClientSession() as http:
+            url = f"http://127.0.0.1:{port}/"
+            async with http.get(url) as r:  # warm
+                await r.read()
+            out = []
+            for _ in range(n):
+                t = time.perf_counter()
+                async with http.get(url) as r:
+                    await r.json()
+                out.append(1000 * (time.perf_counter() - t))
+            return out
+    finally:
+        await runner.cleanup()
+
+
+async def spawn_floor(n: int) -> list[float]:
+    """Starts of a bare ``true`` process from an asyncio loop, until exec returned (ms)."""
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        process = await asyncio.create_subprocess_exec("true", stdin=asyncio.subprocess.DEVNULL)
+        out.append(1000 * (time.perf_counter() - t))
+        await process.wait()
+    return out
+
+
+async def floors(url: str, n: int) -> dict[str, list[float]]:
+    return {
+        "nats_request_ms": await nats_floor(url, n),
+        "aiohttp_get_ms": await aiohttp_floor(n),
+        "spawn_ms": await spawn_floor(max(5, n // 4)),
+    }
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--agents", type=int, default=3)
     parser.add_argument("--workloads", type=int, default=50)
     parser.add_argument("--json")
+    parser.add_argument(
+        "--bid-deadline-ms",
+        type=float,
+        help="the hub's bid deadline (default: the hub's; 0: no bid rounds, to see what they cost)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, NatsServer() as nats_server:
         settings = HubSettings(
-            nats_url=nats_server.url, federation=single_cluster(), reconcile_interval_s=0.5
+            nats_url=nats_server.url,
+            federation=single_cluster(),
+            reconcile_interval_s=0.5,
+            **({} if args.bid_deadline_ms is None else {"bid_deadline_ms": args.bid_deadline_ms}),
         )
         hub = await start_hub(
             settings, database_url=f"sqlite+aiosqlite:///{tmp}/bench.sqlite3", port=0, auth=UNLIMITED
@@ -76,6 +180,12 @@ async def main() -> int:
         ]
         to_running: list[float] = []
         to_done: list[float] = []
+        stages: dict[str, list[float]] = {
+            "post_to_created_ms": [],
+            "created_to_scheduled_ms": [],
+            "scheduled_to_started_ms": [],
+        }
+        floor_samples: dict[str, list[float]] = {}
         try:
             async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {admin.token}"}) as http:
                 while True:
@@ -83,6 +193,7 @@ async def main() -> int:
                         if (await r.json())["total"] == args.agents:
                             break
                     await asyncio.sleep(0.1)
+                floor_samples = await floors(nats_server.url, FLOOR_SAMPLES // 2)
                 for i in range(args.workloads):
                     started = time.time()
                     body = {"name": f"bench-{i}", "command": ["true"]}
@@ -93,9 +204,15 @@ async def main() -> int:
                             workload = await r.json()
                         if workload["status"] in ("Succeeded", "Failed"):
                             break
-                        await asyncio.sleep(0.005)
+                        await asyncio.sleep(POLL_S)
                     to_running.append(_ts(workload["started_at"]) - started)
                     to_done.append(time.time() - started)
+                    created, scheduled = _ts(workload["created_at"]), _ts(workload["scheduled_at"])
+                    stages["post_to_created_ms"].append(1000 * (created - started))
+                    stages["created_to_scheduled_ms"].append(1000 * (scheduled - created))
+                    stages["scheduled_to_started_ms"].append(1000 * (_ts(workload["started_at"]) - scheduled))
+                for name, values in (await floors(nats_server.url, FLOOR_SAMPLES // 2)).items():
+                    floor_samples[name] += values
         finally:
             for agent in agents:
                 agent.terminate()
@@ -104,15 +221,25 @@ async def main() -> int:
     rows = {
         "post_to_running_ms": [1000 * v for v in to_running],
         "post_to_succeeded_observed_ms": [1000 * v for v in to_done],
+        **stages,
+        **{f"floor_{name}": values for name, values in floor_samples.items()},
     }
-    print(f"{args.workloads} workloads, {args.agents} agents, loopback, SQLite")
+    print(f"{args.workloads} workloads, {args.agents} agents, loopback, SQLite, load {_load()}")
     print(f"{'metric':32} {'p50':>8} {'p99':>8} {'mean':>8}")
-    summary = {}
+    summary: dict[str, Any] = {}
     for name, values in rows.items():
         summary[name] = {"p50": _pct(values, 0.5), "p99": _pct(values, 0.99), "mean": statistics.mean(values)}
         print(
             f"{name:32} {summary[name]['p50']:8.1f} {summary[name]['p99']:8.1f} {summary[name]['mean']:8.1f}"
         )
+    floor = sum(summary[f"floor_{name}"]["p50"] for name in floor_samples)
+    summary["floor_post_to_running_ms"] = floor
+    summary["post_to_running_over_floor"] = summary["post_to_running_ms"]["p50"] / floor
+    print(
+        f"floor (aiohttp GET + NATS request + spawn, p50s) {floor:.1f} ms; "
+        f"POST -> Running p50 is {summary['post_to_running_over_floor']:.1f}x it "
+        f"(Succeeded observed every {1000 * POLL_S:.0f} ms)"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))
     return 0

@@ -106,8 +106,8 @@ class Invocations:
             }
             result = dataclasses.replace(result, ok=False, result=None, error=error)
             payload = encode(result)
-        # Kept for a hub that asks later (on disk: it outlives this process).
-        self._done.add(result, payload)
+        # Kept for a hub that asks later (on disk before the answer goes: it outlives this process).
+        await self._done.record(result, payload)
         await self.link.respond(msg, payload)
 
     async def on_invocation_query(self, msg: Msg) -> None:

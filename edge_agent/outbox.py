@@ -9,9 +9,11 @@ written through. Reports are re-sent in order and deduplicated by ``report_id`` 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import sqlite3
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 from edgeplane_contract.messages import MessageError, PlacementState, StatusReportV1, decode, encode
@@ -80,6 +82,23 @@ class DurableOutbox:
         report = self._queue.popleft()
         self._write("DELETE FROM reports WHERE report_id = ?", report.report_id)
         return report
+
+    def head(self, count: int) -> list[StatusReportV1]:
+        """The oldest ``count`` reports (fewer when fewer are queued), left in the outbox."""
+        return list(itertools.islice(self._queue, count))
+
+    def remove(self, reports: Sequence[StatusReportV1]) -> None:
+        """Take these reports (acknowledged by the hub) out, wherever they are in the queue; one
+        write for all of them."""
+        if not reports:
+            return
+        gone = {id(report) for report in reports}
+        while self._queue and id(self._queue[0]) in gone:  # the usual case: the oldest, in order
+            gone.discard(id(self._queue.popleft()))
+        if gone:
+            self._queue = deque(report for report in self._queue if id(report) not in gone)
+        marks = ", ".join("?" * len(reports))
+        self._write(f"DELETE FROM reports WHERE report_id IN ({marks})", *(r.report_id for r in reports))
 
     def latest_states(self) -> list[PlacementState]:
         """The newest queued state of each placement (what the registration also tells the hub)."""

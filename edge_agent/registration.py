@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Callable
 
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from edgeplane_contract.aio import wait_set
 from edgeplane_contract.messages import (
@@ -33,13 +34,46 @@ from edge_agent.outbox import DurableOutbox
 from edge_agent.telemetry import GpuReader, SystemReader
 from edge_agent.work_dir_usage import free_bytes
 
-__all__ = ["Registration"]
+__all__ = ["RETRY_AFTER_JITTER", "RETRY_AFTER_MAX_S", "Registration", "retry_delay"]
 
 log = logging.getLogger("edgeplane.agent")
 
 
+# A hub's "retry after" is honoured within these bounds (a hub's figure, not a promise to wait
+# forever), spread by a random factor so that a deferred fleet does not come back in one wave.
+RETRY_AFTER_MAX_S = 120.0
+RETRY_AFTER_JITTER = (0.8, 1.3)
+
+
 class _RegisterRejected(Exception):
     pass
+
+
+class _RegisterDeferred(Exception):
+    """The hub is admitting other registrations and gave this one a later turn."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__(f"the hub asks to register again in {delay_s:.1f}s")
+        self.delay_s = delay_s
+
+
+def retry_delay(retry_after_s: float, rng: random.Random | None = None) -> float:
+    """How long to wait before registering again when the hub answered ``retry_after_s``: that,
+    bounded, times a random factor of ``RETRY_AFTER_JITTER``."""
+    low, high = RETRY_AFTER_JITTER
+    bounded = min(max(retry_after_s, 0.1), RETRY_AFTER_MAX_S)
+    return bounded * (rng or random).uniform(low, high)
+
+
+_backoff = wait_exponential(multiplier=0.2, max=10.0)
+
+
+def _register_wait(state: RetryCallState) -> float:
+    """The hub's turn when it gave one (``retry_after_s``), else exponential backoff."""
+    failed = state.outcome.exception() if state.outcome is not None else None
+    if isinstance(failed, _RegisterDeferred):
+        return failed.delay_s
+    return float(_backoff(state))
 
 
 class Registration:
@@ -126,10 +160,7 @@ class Registration:
 
     async def _until_accepted(self) -> None:
         self.registered.clear()
-        async for attempt in AsyncRetrying(
-            wait=wait_exponential(multiplier=0.2, max=10.0),
-            retry=retry_if_exception_type(Exception),
-        ):
+        async for attempt in AsyncRetrying(wait=_register_wait, retry=retry_if_exception_type(Exception)):
             with attempt:
                 nc = self.link.nc
                 if nc is None or not nc.is_connected:
@@ -138,6 +169,11 @@ class Registration:
                     self.subjects.register(self.config.name), encode(self.message()), timeout=3
                 )
                 ack = decode(reply.data, RegisterAckV1)
+                if not ack.accepted and ack.retry_after_s is not None:
+                    self.counters["register_deferred"] += 1
+                    delay = retry_delay(ack.retry_after_s)
+                    log.info("hub busy admitting registrations: registering again in %.1fs", delay)
+                    raise _RegisterDeferred(delay)
                 if not ack.accepted:
                     self.counters["register_refused"] += 1
                     log.error("hub refused registration: %s", ack.reason)

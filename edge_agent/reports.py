@@ -9,6 +9,8 @@ import logging
 import uuid
 from collections import Counter
 
+from nats.aio.client import Client as NATS
+
 from edgeplane_contract.messages import PlacementState, ReportAckV1, StatusReportV1, Subjects, decode, encode
 
 from edge_agent.config import AgentConfig
@@ -20,6 +22,8 @@ __all__ = ["OUTBOX_FILE", "Reports"]
 log = logging.getLogger("edgeplane.agent")
 
 OUTBOX_FILE = "outbox.sqlite3"
+# Reports in flight at once: sent in order, acknowledged together by the hub's next batch.
+REPORT_WINDOW = 64
 
 
 class Reports:
@@ -57,6 +61,9 @@ class Reports:
         self.wake.set()
 
     async def loop(self) -> None:
+        """Send the outbox's reports, up to ``REPORT_WINDOW`` in flight at once (the hub applies
+        what arrives together in one transaction), oldest first; each leaves the outbox once the
+        hub acknowledged it, and what was not is sent again after a backoff."""
         backoff = 0.2
         while True:
             await self.wake.wait()
@@ -65,22 +72,27 @@ class Reports:
                 nc = self.link.nc
                 if nc is None or not nc.is_connected or not self.registered.is_set():
                     break
-                report = self.outbox[0]
-                try:
-                    reply = await nc.request(
-                        self.subjects.report(self.config.name), encode(report), timeout=2
-                    )
-                    ack = decode(reply.data, ReportAckV1)
-                except Exception as exc:
-                    log.debug("report %s not acknowledged yet: %s", report.report_id, exc)
+                window = self.outbox.head(REPORT_WINDOW)
+                acks = await asyncio.gather(*(self._send(nc, report) for report in window))
+                acked = [report for report, ok in zip(window, acks, strict=True) if ok]
+                self.outbox.remove(acked)
+                self.counters["reports_sent"] += len(acked)
+                if len(acked) < len(window):
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
-                    continue
-                backoff = 0.2
-                if ack.report_id == report.report_id and self.outbox and self.outbox[0] is report:
-                    self.outbox.popleft()
-                    self.counters["reports_sent"] += 1
+                else:
+                    backoff = 0.2
             if self.outbox:
                 # Not connected or not registered: look again soon.
                 await asyncio.sleep(0.5)
                 self.wake.set()
+
+    async def _send(self, nc: NATS, report: StatusReportV1) -> bool:
+        """One report sent; True once the hub acknowledged it."""
+        try:
+            reply = await nc.request(self.subjects.report(self.config.name), encode(report), timeout=2)
+            ack = decode(reply.data, ReportAckV1)
+        except Exception as exc:
+            log.debug("report %s not acknowledged yet: %s", report.report_id, exc)
+            return False
+        return ack.report_id == report.report_id

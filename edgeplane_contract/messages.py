@@ -332,6 +332,10 @@ class RegisterAckV1:
     # The placements the hub wants on this node now (None from hubs older than the field): a
     # restarted agent resumes only these, so that nothing the hub has moved runs twice.
     keep: list[str] | None = None
+    # Not accepted yet, not refused either: the hub is admitting a storm of registrations at a
+    # bounded rate and gives this one a later turn; ask again after about this many seconds (an
+    # agent adds jitter). None from hubs older than the field, and on every other answer.
+    retry_after_s: float | None = None
     v: int = SCHEMA_VERSION
 
 

@@ -93,6 +93,8 @@ async def invoke_function(request: web.Request) -> web.Response:
     else:
         outcome = await functions.invoke(name, event, version=version)
     headers = _headers(outcome)
+    if outcome.ok and outcome.result_json is not None:  # checked strict JSON when taken in
+        return web.Response(text=outcome.result_json, content_type="application/json", headers=headers)
     if outcome.ok:
         try:
             body = json.dumps(outcome.result, allow_nan=False)

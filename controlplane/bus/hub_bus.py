@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, Protocol
 
 from nats.aio.client import Client as NATS
@@ -39,6 +39,7 @@ from edgeplane_contract.transport import DEFAULT_MAX_PAYLOAD, connect_nats
 
 from controlplane.bus.nats_auth import agent_inbox_prefix
 from controlplane.federation.config import FederationConfig
+from controlplane.hub.registration import AdmissionPace
 from controlplane.observe.ratelimited_log import RateLimitedLog
 
 __all__ = ["HubBus", "MessageTooLargeError"]
@@ -46,8 +47,16 @@ __all__ = ["HubBus", "MessageTooLargeError"]
 log = logging.getLogger("edgeplane.hub.bus")
 
 # Registrations handled at once (each waits for its batch's transaction in the hub); beyond this
-# the server's pending queue holds them: a storm is admitted at a bounded pace, not all at once.
-REGISTER_IN_FLIGHT = 256
+# the hub answers with a turn to come back at (``RegisterAckV1.retry_after_s``). Few enough that
+# each is answered well within an agent's request timeout (3 s) on a loaded hub: an agent that
+# gave up meanwhile was admitted without knowing it, went silent, and its lease ran out.
+REGISTER_IN_FLIGHT = 64
+# Status reports applied in one transaction at most, and queued at most before the subscription
+# stops taking more (then the server's pending queue holds them; agents resend what is not acked).
+REPORT_BATCH = 256
+REPORT_QUEUE_MAX = 4 * REPORT_BATCH
+# How long close() lets the batch being applied finish before it cancels the drain.
+REPORT_DRAIN_GRACE_S = 5.0
 
 
 class MessageTooLargeError(EdgeplaneError):
@@ -68,7 +77,10 @@ class AgentHandlers(Protocol):
 
     async def handle_register(self, node_name: str, msg: RegisterV1) -> RegisterAckV1: ...
     async def handle_heartbeat(self, node_name: str, msg: HeartbeatV1) -> None: ...
-    async def handle_report(self, node_name: str, msg: StatusReportV1) -> None: ...
+    async def handle_reports(self, reports: Sequence[tuple[str, StatusReportV1]]) -> Collection[str]:
+        """Apply ``(node, report)`` pairs, in order; returns the ids of the reports settled (applied,
+        or refused for good), which are acknowledged; the others are resent by their agents."""
+        ...
 
 
 class HubBus:
@@ -106,6 +118,16 @@ class HubBus:
         self.started_at = 0.0
         self._register_slots: asyncio.Semaphore | None = None
         self._registering: set[asyncio.Task[None]] = set()
+        # Registrations beyond REGISTER_IN_FLIGHT are told when to come back, in turns at a bounded
+        # rate (``hub.registration.AdmissionPace``); counted here.
+        self.admission_pace = AdmissionPace()
+        self.register_deferred = 0
+        # Reports taken off the subscription, waiting for the drain task's next batch.
+        self._reports: deque[tuple[str, StatusReportV1, Msg]] = deque()
+        self._reports_waiting = asyncio.Event()
+        self._reports_room = asyncio.Event()
+        self._report_task: asyncio.Task[None] | None = None
+        self._closing = False
 
     def _agent_handlers(self) -> AgentHandlers:
         if self._handlers is None:  # subscriptions are only made in start(), which sets them
@@ -134,6 +156,8 @@ class HubBus:
         """Connect to every cluster's server and hand agents' messages to ``handlers``."""
         self._handlers = handlers
         self._register_slots = asyncio.Semaphore(REGISTER_IN_FLIGHT)
+        self._closing = False
+        self._report_task = asyncio.create_task(self._drain_reports(), name="hub-reports")
         loop = asyncio.get_running_loop()
         self.started_at = loop.time()
         registered: set[tuple[str, str]] = set()
@@ -203,6 +227,7 @@ class HubBus:
                 await nc.publish(subject, hello)
 
     async def close(self) -> None:
+        await self._stop_reports()
         for nc in self._conns.values():
             try:
                 await asyncio.wait_for(nc.drain(), timeout=2)
@@ -311,6 +336,10 @@ class HubBus:
         slots = self._register_slots
         if slots is None:
             raise RuntimeError("the hub bus delivers agent messages only after start()")
+        loop = asyncio.get_running_loop()
+        if slots.locked():  # a storm: this one gets a later turn instead of a place in a queue
+            await self._defer_register(msg, loop.time())
+            return
         await slots.acquire()
         task = asyncio.create_task(self._handle_register(msg))
         self._registering.add(task)
@@ -320,6 +349,20 @@ class HubBus:
             slots.release()
 
         task.add_done_callback(done)
+
+    async def _defer_register(self, msg: Msg, now: float) -> None:
+        """Answer "not yet, come back in N s" (``retry_after_s``) without reading the message: the
+        hub admits registrations at the pace it can write them, and an agent left waiting in a
+        queue past its request's timeout would only ask again, to be admitted twice."""
+        node = Subjects.node_from_subject(msg.subject)
+        if self._reply_outside_inbox(msg, "register", node):
+            return
+        self.register_deferred += 1
+        delay = round(self.admission_pace.turn(now, len(self._registering)), 2)
+        reason = f"the hub is admitting other registrations: register again in {delay:.1f}s"
+        await self._respond(
+            msg, RegisterAckV1(accepted=False, reason=reason, hub_id=self.hub_id, retry_after_s=delay)
+        )
 
     async def _handle_register(self, msg: Msg) -> None:
         node = Subjects.node_from_subject(msg.subject)
@@ -356,6 +399,8 @@ class HubBus:
             log.exception("heartbeat of %s failed", node)
 
     async def _handle_report(self, msg: Msg) -> None:
+        """The subscription's callback: a well-formed report is queued for the drain task, which
+        applies what is waiting in one transaction (one commit per batch, not per report)."""
         node = Subjects.node_from_subject(msg.subject)
         if self._reply_outside_inbox(msg, "report", node):
             return
@@ -364,10 +409,50 @@ class HubBus:
         except MessageError as exc:
             self._count_malformed("report", node, exc)
             return
+        while len(self._reports) >= REPORT_QUEUE_MAX and not self._closing:
+            # nats-py awaits this callback before the next message: the server holds the rest.
+            self._reports_room.clear()
+            await self._reports_room.wait()
+        self._reports.append((node, report, msg))
+        self._reports_waiting.set()
+
+    async def _drain_reports(self) -> None:
+        """Apply queued reports in batches of up to ``REPORT_BATCH``, each acked only once its
+        batch has committed; reports the hub could not apply are not acked (their agents resend).
+        Reports arriving while a batch is applied form the next one: the batch grows with the load."""
+        while not self._closing:
+            await self._reports_waiting.wait()
+            self._reports_waiting.clear()
+            while self._reports and not self._closing:
+                batch = [self._reports.popleft() for _ in range(min(REPORT_BATCH, len(self._reports)))]
+                self._reports_room.set()
+                await self._apply_reports(batch)
+
+    async def _apply_reports(self, batch: list[tuple[str, StatusReportV1, Msg]]) -> None:
         try:
-            await self._agent_handlers().handle_report(node, report)
-        except Exception:
-            # No ack: the agent keeps the report in its outbox and sends it again.
-            log.exception("report %s of %s failed", report.report_id, node)
+            settled = await self._agent_handlers().handle_reports([(node, r) for node, r, _ in batch])
+        except Exception as exc:
+            # No ack: the agents keep the reports in their outboxes and send them again.
+            log.warning("%d report(s) not applied, left to their agents' resends: %s", len(batch), exc)
             return
-        await self._respond(msg, ReportAckV1(report_id=report.report_id))
+        for _, report, msg in batch:
+            if report.report_id in settled:
+                await self._respond(msg, ReportAckV1(report_id=report.report_id))
+
+    async def _stop_reports(self) -> None:
+        """End the drain between batches (one cut short inside its transaction could leave SQLite's
+        write lock behind); cancelled only when a batch outlasts the grace. What is still queued is
+        not acked: its agents resend it to the next hub."""
+        self._closing = True
+        self._reports_waiting.set()
+        self._reports_room.set()
+        task, self._report_task = self._report_task, None
+        if task is None:
+            return
+        _, running = await asyncio.wait({task}, timeout=REPORT_DRAIN_GRACE_S)
+        if running:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        elif not task.cancelled() and task.exception() is not None:
+            log.error("the report drain had failed: %s", task.exception())
+        self._reports.clear()

@@ -8,12 +8,21 @@ its own weights, which rise with w3 on battery, of running the replica with the 
 quotas, as the hub places it; ``score`` from older agents); a node that does not answer in time
 is valued at the hub's own reward estimate. The best value wins. When nothing can be compared
 (no estimates and no accepting bid), the scheduler's choice stands.
+
+The round ends as soon as every node it waits for has answered: the deadline bounds a silent
+node, it is not a wait. A node whose local policy let a deadline pass is *on probation*
+(:class:`BidSilence`, per boot): it is still asked, but no round waits for it longer than for the
+others, so one silent node does not cost every placement the whole deadline; its answer still
+counts when it arrives in time, and any answer within the deadline (also one that came after its
+round ended) takes it off probation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +32,7 @@ from controlplane.hub.nodes import NodeDirectory
 from controlplane.hub.placement import ReplicaChoice
 from controlplane.hub.spec import WorkloadSpec
 
-__all__ = ["BidCandidate", "BidOutcome", "BidRow", "candidates_of", "run_bid_round"]
+__all__ = ["BidCandidate", "BidOutcome", "BidRow", "BidSilence", "candidates_of", "run_bid_round"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +52,12 @@ class BidRow:
     hub_reward: float | None
     bid: BidV1 | None = None
     value: float | None = None
+    waited: bool = True  # False: on probation (``BidSilence``), the round did not wait for it
 
     def to_dict(self) -> dict[str, Any]:
         row: dict[str, Any] = {"node": self.node, "asked": self.asked, "hub_reward": self.hub_reward}
+        if not self.waited:
+            row["waited"] = False  # on probation: it let a deadline pass
         if self.bid is None:
             row["answered"] = False
         else:
@@ -83,7 +95,47 @@ def candidates_of(choice: ReplicaChoice) -> list[BidCandidate]:
     return found
 
 
-async def _ask(hub: NodeDirectory, node: str, request: BidRequestV1, deadline_s: float) -> BidV1 | None:
+class BidSilence:
+    """The nodes on probation: their local policy let a bid deadline pass and has not answered
+    within one since. Keyed by node and boot (a restarted agent starts afresh); forgotten on an
+    answer in time, or ``FORGET_AFTER_S`` after the last miss (a node that is gone)."""
+
+    FORGET_AFTER_S = 600.0
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._missed_at: dict[tuple[str, str], float] = {}
+        self._clock = clock
+        # Asks whose round ended before they did: referenced until their deadline ends them.
+        self._late: set[asyncio.Task[BidV1 | None]] = set()
+
+    def on_probation(self, node: str, boot_id: str) -> bool:
+        """Whether rounds should not wait for this node's bid."""
+        return (node, boot_id) in self._missed_at
+
+    def missed(self, node: str, boot_id: str) -> None:
+        """The node let a deadline pass."""
+        now = self._clock()
+        self._missed_at[(node, boot_id)] = now
+        stale = [key for key, at in self._missed_at.items() if now - at > self.FORGET_AFTER_S]
+        for key in stale:
+            del self._missed_at[key]
+
+    def answered(self, node: str, boot_id: str) -> None:
+        """The node answered within a deadline."""
+        self._missed_at.pop((node, boot_id), None)
+
+    def keep(self, task: asyncio.Task[BidV1 | None]) -> None:
+        """Hold an ask its round did not wait for until it ends (answer or deadline)."""
+        self._late.add(task)
+        task.add_done_callback(self._late.discard)
+
+    def __len__(self) -> int:
+        return len(self._missed_at)
+
+
+async def _ask(
+    hub: NodeDirectory, node: str, request: BidRequestV1, deadline_s: float, silence: BidSilence | None
+) -> BidV1 | None:
     live = hub.nodes.get(node)
     if live is None:
         return None
@@ -94,15 +146,69 @@ async def _ask(hub: NodeDirectory, node: str, request: BidRequestV1, deadline_s:
     except MessageError:
         hub.bus.malformed["bid"] += 1
         return None
-    except Exception:  # timeout, no responders, no connection: fall back to the hub's estimate
+    except TimeoutError:  # silent past the deadline: on probation until it answers in time
+        if silence is not None:
+            silence.missed(node, live.boot_id)
         return None
+    except Exception:  # no responders, no connection: fall back to the hub's estimate
+        return None
+    if silence is not None:
+        silence.answered(node, live.boot_id)
     return bid if bid.request_id == request.request_id else None
 
 
+async def _gather_bids(
+    hub: NodeDirectory,
+    nodes: list[str],
+    request: BidRequestV1,
+    deadline_s: float,
+    silence: BidSilence | None,
+) -> tuple[list[BidV1 | None], set[str]]:
+    """Every node asked at once; the round waits for the nodes not on probation (each bounded by
+    the deadline), and takes of the others only the answers already in by then. Their asks go on
+    in the background until the deadline, so that an answer in time ends their probation.
+    Returns the bids (None: no answer in time) and the nodes not waited for."""
+    if silence is None:
+        return list(await asyncio.gather(*(_ask(hub, n, request, deadline_s, None) for n in nodes))), set()
+    probation = {
+        node for node in nodes if (live := hub.nodes.get(node)) and silence.on_probation(node, live.boot_id)
+    }
+    if not probation:
+        return list(await asyncio.gather(*(_ask(hub, n, request, deadline_s, silence) for n in nodes))), set()
+    tasks = {n: asyncio.ensure_future(_ask(hub, n, request, deadline_s, silence)) for n in nodes}
+    try:
+        awaited = [tasks[n] for n in nodes if n not in probation]
+        if awaited:
+            await asyncio.gather(*awaited)
+        else:
+            await asyncio.sleep(0)  # let the requests go out: an answer never comes back sooner
+    except BaseException:  # cancelled (the hub stops): no ask outlives its round unreferenced
+        for task in tasks.values():
+            task.cancel()
+        raise
+    results: list[BidV1 | None] = []
+    for node in nodes:
+        task = tasks[node]
+        if task.done():
+            results.append(task.result())
+        else:
+            silence.keep(task)
+            results.append(None)
+    return results, probation
+
+
 async def run_bid_round(
-    hub: NodeDirectory, workload_id: str, spec: WorkloadSpec, choice: ReplicaChoice, *, deadline_ms: float
+    hub: NodeDirectory,
+    workload_id: str,
+    spec: WorkloadSpec,
+    choice: ReplicaChoice,
+    *,
+    deadline_ms: float,
+    silence: BidSilence | None = None,
 ) -> BidOutcome | None:
-    """The node this replica should go to, or None when no candidate runs a local policy."""
+    """The node this replica should go to, or None when no candidate runs a local policy.
+
+    ``silence``: the nodes on probation, kept across rounds (None: every node is waited for)."""
     candidates = candidates_of(choice)
     asked = [c for c in candidates if (live := hub.nodes.get(c.node)) and live.telemetry.get("policy")]
     if not asked:
@@ -114,7 +220,7 @@ async def run_bid_round(
         offer=spec.offer(),
         deadline_ms=deadline_ms,
     )
-    bids = await asyncio.gather(*(_ask(hub, c.node, request, deadline_ms / 1000) for c in asked))
+    bids, not_waited = await _gather_bids(hub, [c.node for c in asked], request, deadline_ms / 1000, silence)
     by_node = {c.node: bid for c, bid in zip(asked, bids, strict=True)}
     rows = []
     best: tuple[float, str, str] | None = None
@@ -122,6 +228,7 @@ async def run_bid_round(
         bid = by_node.get(candidate.node)
         asked_it = candidate.node in by_node
         row = BidRow(candidate.node, asked=asked_it, hub_reward=candidate.hub_reward, bid=bid)
+        row.waited = candidate.node not in not_waited
         if bid is not None:
             # The replica runs with its requested quotas, so compare what the node expects of
             # those; the chosen bin's score over-values empty nodes (docs/bench-policy.md).

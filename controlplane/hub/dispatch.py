@@ -83,7 +83,7 @@ class Dispatcher:
         self.nodes = nodes
         self.resend_after_s = resend_after_s
         self.store = store
-        self.specs = specs or SpecCache()
+        self.specs = specs if specs is not None else SpecCache()  # an empty cache is falsy
         self._last_sent: dict[str, float] = {}
         self._background: set[asyncio.Task[object]] = set()
         self._stale_noted: OrderedDict[str, None] = OrderedDict()

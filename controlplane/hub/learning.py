@@ -77,7 +77,7 @@ class InterferenceLearning:
         """``specs``: the hub's parsed workload specs (a success reads its workload's)."""
         self.placer = placer
         self.keep = keep
-        self.specs = specs or SpecCache()
+        self.specs = specs if specs is not None else SpecCache()  # an empty cache is falsy
         self.outcomes: Counter[str] = Counter({outcome: 0 for outcome in OUTCOMES})
         self._pending: list[_Feed] = []
         self._estimate: InterferenceEstimate | None = None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import defer
 
-from controlplane.hub.bidding import BidOutcome, run_bid_round
+from controlplane.hub.bidding import BidOutcome, BidSilence, run_bid_round
 from controlplane.hub.lifecycle import missing_replicas
 from controlplane.hub.placement import PlacementOutcome, Placer, ReplicaChoice
 from controlplane.hub.registry import NodeRegistry
@@ -77,8 +77,9 @@ class PlacementRound:
         self.book = book
         self._active = active
         self.bid_deadline_ms = bid_deadline_ms
+        self.bid_silence = BidSilence()  # nodes whose bids no round waits for (on probation)
         self.metrics = metrics
-        self.specs = specs or SpecCache()
+        self.specs = specs if specs is not None else SpecCache()  # an empty cache is falsy
         # Workloads no node fitted: id -> (the placer's generation then, their replicas).
         self._unplaceable: dict[str, tuple[int | None, int]] = {}
         self._retried_all_at = float("-inf")
@@ -259,7 +260,12 @@ class PlacementRound:
     async def _with_bids(self, workload_id: str, spec: WorkloadSpec, choice: ReplicaChoice) -> ReplicaChoice:
         """Let the candidates' local policies bid; move the replica if another node wins."""
         result = await run_bid_round(
-            self.registry, workload_id, spec, choice, deadline_ms=self.bid_deadline_ms
+            self.registry,
+            workload_id,
+            spec,
+            choice,
+            deadline_ms=self.bid_deadline_ms,
+            silence=self.bid_silence,
         )
         if result is None:
             return choice

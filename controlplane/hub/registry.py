@@ -45,6 +45,8 @@ REFUSAL_EVENT_EVERY_S = 60.0
 FLUSH_EVERY_S = 1.0
 # A large fleet's rows are written less often: at most about this many rows a second.
 FLUSH_ROWS_PER_S = 2000
+# Rows written per transaction (the event loop runs between them).
+FLUSH_CHUNK = 1000
 
 _NODES = cast(Table, NodeRow.__table__)
 # One statement for the whole batch (executemany): the ORM's unit of work per row is pure overhead.
@@ -90,6 +92,8 @@ class NodeRegistry:
         self._dirty: set[str] = set()  # nodes heard since the last flush
         self._urgent = False  # a power change waits for the next round, not FLUSH_EVERY_S
         self._flushed_at = float("-inf")
+        # A Ready node per cluster, the first one tried when a node of the cluster goes NotReady.
+        self._ready_hint: dict[str, str] = {}
         # (node, rule) -> when its last RegistrationRefused event was written (enrolled nodes only).
         self._refusal_events: dict[tuple[str, str], float] = {}
 
@@ -277,7 +281,29 @@ class NodeRegistry:
             row.status = status
             row.updated_at = time.time()
         Store.add_event(s, f"Node{status}", "node", live.name, why)
-        await self.refresh_clusters(s)
+        # Only the node's own cluster can change: a pass over every node of every cluster per
+        # status change made a fleet's burst of expiries (or of returns) quadratic.
+        if status == "Ready":
+            await self.cluster_has_ready_node(s, live.cluster)
+        else:
+            await self._refresh_cluster(s, live.cluster)
+
+    async def _refresh_cluster(self, s: AsyncSession, cluster: str) -> None:
+        """``refresh_clusters`` for one cluster that has a member (the node that changed): Available
+        while one of its nodes is Ready, found by trying the one found last time first."""
+        hint = self.nodes.get(self._ready_hint.get(cluster, ""))
+        if hint is None or hint.cluster != cluster or hint.status != "Ready":
+            hint = next(
+                (n for n in self.nodes.values() if n.cluster == cluster and n.status == "Ready"), None
+            )
+            if hint is not None:
+                self._ready_hint[cluster] = hint.name
+        status = "Available" if hint is not None else "Unavailable"
+        row = await s.get(ClusterRow, cluster)
+        if row is not None and row.status != status:
+            row.status = status
+            row.updated_at = time.time()
+            Store.add_event(s, f"Cluster{status}", "cluster", cluster)
 
     async def cluster_has_ready_node(self, s: AsyncSession, cluster: str) -> None:
         """What ``refresh_clusters`` concludes once a node of ``cluster`` is Ready (it is Available,
@@ -328,14 +354,20 @@ class NodeRegistry:
         ]
         for live in batch:
             live.dirty = False
+        written = 0
         try:
-            if params:
+            # In transactions of FLUSH_CHUNK rows: a fleet's 10,000 rows in one statement held the
+            # event loop (the rows' parameters are made on it) for up to half a second, and the
+            # heartbeats waiting meanwhile looked late.
+            for start in range(0, len(params), FLUSH_CHUNK):
                 async with store.session() as s:
-                    await s.execute(_FLUSH_HEARTBEATS, params)
+                    await s.execute(_FLUSH_HEARTBEATS, params[start : start + FLUSH_CHUNK])
+                written = min(len(params), start + FLUSH_CHUNK)
         except BaseException:  # not written: dirty again, for the next round
-            for live in batch:
+            unwritten = batch[written:]
+            for live in unwritten:
                 live.dirty = True
-            self._dirty |= {live.name for live in batch}
+            self._dirty |= {live.name for live in unwritten}
             self._urgent = self._urgent or urgent
             raise
         self._flushed_at = mono

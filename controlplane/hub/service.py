@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -35,7 +35,7 @@ from edgeplane_contract.transport import PAYLOAD_MARGIN
 
 from controlplane.bus.hub_bus import HubBus
 from controlplane.errors import NotFoundError, StoreUnavailableError, ValidationError
-from controlplane.hub.dispatch import Dispatcher, Sent
+from controlplane.hub.dispatch import AckEffect, Dispatcher, Sent
 from controlplane.hub.learning import InterferenceLearning
 from controlplane.hub.leases import (
     STALL_SHARE,
@@ -60,7 +60,7 @@ from controlplane.scheduling.model import Feasibility, WorkloadRequest
 from controlplane.store import queries
 from controlplane.store.identities import IdentityStore
 from controlplane.store.models import NodeRow, PlacementRow, WorkloadRow
-from controlplane.store.store import Store
+from controlplane.store.store import ACTIVE_PLACEMENT, Store
 
 if TYPE_CHECKING:  # the composition root builds it; the hub only calls it
     from controlplane.serverless.service import FunctionService
@@ -77,6 +77,11 @@ STOP_GRACE_S = 10.0
 FULL_LEASE_SCAN_UP_TO = 256
 # Registrations written in one transaction at most (a storm is admitted in batches of this size).
 ADMIT_BATCH = 200
+# Workloads created in one transaction at most (POSTs waiting together are written together).
+CREATE_BATCH = 256
+
+# A workload waiting to be stored: its spec, its idempotency key, the caller's answer (id, created).
+_Creation = tuple[WorkloadSpec, str | None, asyncio.Future[tuple[str, bool]]]
 
 
 def new_id() -> str:
@@ -147,6 +152,9 @@ class Hub:
         # Registrations waiting for their batch's transaction, and whether a caller is writing them.
         self._admissions: list[tuple[str, RegisterV1, asyncio.Future[RegisterAckV1]]] = []
         self._admitting = False
+        # Workloads POSTed and waiting for their batch's transaction, and the task writing them.
+        self._creations: list[_Creation] = []
+        self._creating: asyncio.Task[None] | None = None
         # The hub's own stalls (SIGSTOP, a paused VM): silence counts from when it woke at the
         # earliest, as from a reconnect (``hub.stall``).
         self.loop_watch = LoopWatch()
@@ -180,6 +188,10 @@ class Hub:
                 log.warning("reconcile loop still running %.0fs after the stop: cancelled", STOP_GRACE_S)
             await stop_task(self._task)
         self._task = None
+        if self._creating is not None:  # the POSTs already taken are written, not dropped
+            await asyncio.wait({self._creating}, timeout=STOP_GRACE_S)
+            await stop_task(self._creating)
+        self._creating = None
         if self._watch_task is not None:
             await stop_task(self._watch_task)
         self._watch_task = None
@@ -319,36 +331,68 @@ class Hub:
         self, batch: list[tuple[str, RegisterV1, asyncio.Future[RegisterAckV1]]]
     ) -> list[RegisterAckV1]:
         acks = []
+        names = [node_name for node_name, _, _ in batch]
         async with self._lock, self._learning_transaction() as s:
+            # Set-based reads for the whole batch (one query each, not three per registration).
+            rows: dict[str, NodeRow | None] = dict(await queries.nodes_named(s, names))
+            active = await queries.active_placements_of_nodes(s, names)
+            ready_in: set[str] = set()  # clusters with a node admitted in this batch
+            any_moved = False
             for node_name, msg, _ in batch:
-                row = await s.get(NodeRow, node_name)
+                row = rows.get(node_name)
                 taken = self.registry.name_taken(row, msg)
                 if taken is not None:
                     acks.append(RegisterAckV1(accepted=False, reason=taken, hub_id=self.settings.hub_id))
                     continue
                 moved = row is not None and row.cluster != msg.cluster
                 row, previous_boot = self.registry.register(s, row, msg)
+                rows[node_name] = row  # the same node twice in a batch: its row is new only once
                 self.placer.upsert_node(placement_node(row, self.federation))
                 if previous_boot != msg.boot_id:
                     self.functions.node_lost(node_name)
-                if moved:  # the cluster it left may have no Ready node now
-                    await self.registry.refresh_clusters(s)
-                else:  # a pass over every node per registration would make a storm quadratic
-                    await self.registry.cluster_has_ready_node(s, msg.cluster)
+                ready_in.add(msg.cluster)
+                any_moved = any_moved or moved
+                placements = active.get(node_name, [])
                 await self._reconcile_agent_placements(
-                    s, node_name, msg.placements, agent_restarted=previous_boot not in (None, msg.boot_id)
+                    s,
+                    node_name,
+                    msg.placements,
+                    agent_restarted=previous_boot not in (None, msg.boot_id),
+                    active=placements,
                 )
-                keep = await queries.kept_placement_ids(s, node_name)
+                # What the agent keeps: its active placements the hub has not asked to stop (as
+                # ``queries.kept_placement_ids`` reads them), after the merge just made.
+                keep = [
+                    p.id for p in placements if p.status in ACTIVE_PLACEMENT and p.stop_command_id is None
+                ]
                 acks.append(RegisterAckV1(accepted=True, hub_id=self.settings.hub_id, keep=keep))
+            # The clusters' rows once per batch: a read per registration made each one flush the
+            # batch's pending rows first (autoflush), and a pass over every node per registration
+            # would make a storm quadratic.
+            if any_moved:  # the cluster a node left may have no Ready node now
+                await self.registry.refresh_clusters(s)
+            else:
+                for cluster in sorted(ready_in):
+                    await self.registry.cluster_has_ready_node(s, cluster)
         return acks
 
     async def _reconcile_agent_placements(
-        self, s: AsyncSession, node: str, reported: list[PlacementState], *, agent_restarted: bool
+        self,
+        s: AsyncSession,
+        node: str,
+        reported: list[PlacementState],
+        *,
+        agent_restarted: bool,
+        active: list[PlacementRow] | None = None,
     ) -> None:
-        """Merge what an agent says it runs with what the store says it should run."""
+        """Merge what an agent says it runs with what the store says it should run (``active``:
+        the node's active placements, read for its batch; None: read here)."""
         by_id = {p.placement_id: p for p in reported}
-        active = await queries.active_placements(s, node=node)
-        for placement in active:
+        if active is None:
+            active = await queries.active_placements(s, node=node)
+        for placement in list(active):
+            if placement.status not in ACTIVE_PLACEMENT:  # ended by an earlier registration in the batch
+                continue
             state = by_id.pop(placement.id, None)
             if state is not None:
                 await self.book.apply_report(s, placement, state)
@@ -383,22 +427,62 @@ class Hub:
                 self.dispatch.stop_orphan(node_name, placement_id, owner[0] if owner else "")
 
     async def handle_report(self, node_name: str, msg: StatusReportV1) -> None:
-        if msg.report_id in self._seen_reports:
-            return
-        async with self._lock, self._learning_transaction() as s:
-            placement = await s.get(PlacementRow, msg.placement.placement_id)
-            if placement is None:
-                log.warning("report %s for unknown placement %s", msg.report_id, msg.placement.placement_id)
-            elif placement.node != node_name:
-                # A node speaking for another's placement: counted and dropped (defence in depth
-                # behind the NATS permissions, which keep a node to its own report subject).
-                self.bus.reject(
-                    "report", node_name, f"placement {placement.id} runs on {placement.node}, not here"
-                )
-            else:
-                await self.book.apply_report(s, placement, msg.placement)
-        self._seen_reports.add(msg.report_id)
+        """Apply one agent's report (what :meth:`handle_reports` does for a batch); raises if the
+        store did not take it."""
+        if msg.report_id not in await self.handle_reports([(node_name, msg)]):
+            raise RuntimeError(f"report {msg.report_id} of {node_name} was not applied")
+
+    async def handle_reports(self, reports: Sequence[tuple[str, StatusReportV1]]) -> set[str]:
+        """Apply agents' reports, in order, in one transaction; returns the ids of the reports
+        settled (applied, already seen, or refused for good), the ones the bus acks. If the batch
+        fails, each report is tried alone (one bad report must not keep the others out); a store
+        that is away fails them all at once (their agents resend). Report ids are remembered only
+        once their transaction has committed, so a failed batch is applied again when resent."""
+        settled = {r.report_id for _, r in reports if r.report_id in self._seen_reports}
+        fresh = [(node, r) for node, r in reports if r.report_id not in settled]
+        if not fresh:
+            return settled
+        try:
+            settled |= await self._apply_reports(fresh)
+        except (asyncio.CancelledError, StoreUnavailableError):
+            raise
+        except Exception:
+            if len(fresh) == 1:
+                raise
+            for one in fresh:
+                try:
+                    settled |= await self._apply_reports([one])
+                except StoreUnavailableError:
+                    raise
+                except Exception:
+                    log.exception("report %s of %s failed", one[1].report_id, one[0])
+        return settled
+
+    async def _apply_reports(self, reports: Sequence[tuple[str, StatusReportV1]]) -> set[str]:
+        applied: set[str] = set()
+        async with self._lock, self._learning_transaction() as s, self.book.refreshing_once(s):
+            rows = await queries.placements_by_id(s, {r.placement.placement_id for _, r in reports})
+            for node_name, msg in reports:
+                if msg.report_id in applied:  # resent while the first copy waited in the batch
+                    continue
+                applied.add(msg.report_id)
+                placement = rows.get(msg.placement.placement_id)
+                if placement is None:
+                    log.warning(
+                        "report %s for unknown placement %s", msg.report_id, msg.placement.placement_id
+                    )
+                elif placement.node != node_name:
+                    # A node speaking for another's placement: counted and dropped (defence in
+                    # depth behind the NATS permissions, which keep a node to its own subject).
+                    self.bus.reject(
+                        "report", node_name, f"placement {placement.id} runs on {placement.node}, not here"
+                    )
+                else:
+                    await self.book.apply_report(s, placement, msg.placement)
+        for report_id in applied:  # only once committed: a failed batch is applied again
+            self._seen_reports.add(report_id)
         self.wake()
+        return applied
 
     # --- API operations -------------------------------------------------------------------
 
@@ -415,26 +499,103 @@ class Hub:
             existing = await self.store.find_workload_by_key(idempotency_key)
             if existing is not None:
                 return existing.id, False
-        now = time.time()
-        workload_id = new_id()
-        async with self._lock, self.store.session() as s:
-            s.add(
-                WorkloadRow(
-                    id=workload_id,
-                    name=spec.name,
-                    status="Pending",
-                    spec=spec.to_dict(),
-                    replicas=spec.replicas,
-                    priority=spec.priority,
-                    idempotency_key=idempotency_key,
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
-            Store.add_event(s, "WorkloadCreated", "workload", workload_id, spec.name)
-        self.specs.put(workload_id, spec)
+        answer: asyncio.Future[tuple[str, bool]] = asyncio.get_running_loop().create_future()
+        self._creations.append((spec, idempotency_key, answer))
+        if self._creating is None or self._creating.done():
+            # A task of its own, not the caller's: a caller that goes away does not stop the
+            # writes of the others waiting in its batch.
+            self._creating = asyncio.create_task(self._write_creations(), name="hub-create")
+        return await answer
+
+    async def _write_creations(self) -> None:
+        """Write the waiting creations in batches of up to ``CREATE_BATCH``, one transaction each
+        (group commit: a burst of POSTs costs one commit per batch). The hub's lock is not taken:
+        a new Pending workload touches no state the lock guards; the next round finds it."""
+        try:
+            while self._creations:
+                batch = self._creations[:CREATE_BATCH]
+                del self._creations[:CREATE_BATCH]
+                await self._create_batch(batch)
+        finally:
+            for *_, waiting in self._creations:  # cancelled mid-way (the hub stops): none left hanging
+                if not waiting.done():
+                    waiting.set_exception(StoreUnavailableError("the hub is stopping"))
+            self._creations.clear()
+
+    async def _create_batch(self, batch: list[_Creation]) -> None:
+        """One transaction for the batch; if it fails, each creation alone (one bad row must not
+        keep the others out), and a failure of its own is that creation's answer. A store that
+        is away fails them all at once."""
+        try:
+            created = await self._insert_workloads(batch)
+        except asyncio.CancelledError:
+            for *_, answer in batch:
+                if not answer.done():
+                    answer.set_exception(StoreUnavailableError("the hub is stopping"))
+            raise
+        except Exception as exc:
+            if len(batch) > 1 and not isinstance(exc, StoreUnavailableError):
+                for one in batch:
+                    await self._create_batch([one])
+                return
+            found = await self._same_key_winner(batch, exc)
+            for *_, answer in batch:
+                if not answer.done():
+                    if found is not None:
+                        answer.set_result((found, False))
+                    else:
+                        answer.set_exception(exc)
+            return
+        for (*_, answer), result in zip(batch, created, strict=True):
+            if not answer.done():
+                answer.set_result(result)
         self.wake()
-        return workload_id, True
+
+    async def _same_key_winner(self, batch: list[_Creation], exc: Exception) -> str | None:
+        """The workload a concurrent POST with the same idempotency key stored first, when that
+        is why a lone creation failed (the unique key refused the second row)."""
+        key = batch[0][1] if len(batch) == 1 else None
+        if key is None or isinstance(exc, StoreUnavailableError):
+            return None
+        with contextlib.suppress(Exception):
+            existing = await self.store.find_workload_by_key(key)
+            if existing is not None:
+                return existing.id
+        return None
+
+    async def _insert_workloads(self, batch: list[_Creation]) -> list[tuple[str, bool]]:
+        """The batch's workloads (and their WorkloadCreated events) in one transaction; the same
+        idempotency key twice in a batch is one workload."""
+        results: list[tuple[str, bool]] = []
+        by_key: dict[str, str] = {}
+        now = time.time()
+        async with self.store.session() as s:
+            for spec, key, _ in batch:
+                if key is not None and key in by_key:
+                    results.append((by_key[key], False))
+                    continue
+                workload_id = new_id()
+                if key is not None:
+                    by_key[key] = workload_id
+                s.add(
+                    WorkloadRow(
+                        id=workload_id,
+                        name=spec.name,
+                        status="Pending",
+                        spec=spec.to_dict(),
+                        replicas=spec.replicas,
+                        priority=spec.priority,
+                        idempotency_key=key,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+                Store.add_event(s, "WorkloadCreated", "workload", workload_id, spec.name)
+                results.append((workload_id, True))
+        for (spec, *_), (workload_id, created) in zip(batch, results, strict=True):
+            if created:  # committed: the placing round finds it parsed
+                self.specs.put(workload_id, spec)
+        return results
 
     async def cancel_workload(self, workload_id: str) -> None:
         """Request cancellation (idempotent): stops running replicas, never re-places them."""
@@ -522,6 +683,8 @@ class Hub:
         self, expired: list[NodeLive], released: list[NodeLive], partitioned: set[str], now: float
     ) -> None:
         async with self.store.session() as s:
+            if len(expired) > 1:  # their rows in one read: each status change then finds its own
+                await queries.nodes_named(s, [live.name for live in expired])
             for live in expired:
                 self.metrics.lease_expiries.labels(live.cluster).inc()
                 silent = now - live.last_seen
@@ -592,8 +755,13 @@ class Hub:
         return clusters
 
     async def _apply_answers(self, sent: list[Sent]) -> None:
-        async with self._lock, self.store.session() as s:
-            for item in sent:
+        settled = [item for item in sent if item.effect is not AckEffect.NONE]
+        if not settled:
+            return
+        async with self._lock, self.store.session() as s, self.book.refreshing_once(s):
+            # One read for the round's placements (each answer then finds its row in the session).
+            await queries.placements_by_id(s, {item.placement_id for item in settled})
+            for item in settled:
                 await self.book.apply_answer(s, item)
 
 

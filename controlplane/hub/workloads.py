@@ -7,12 +7,15 @@ inside the hub's lock and the caller's transaction.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import defer
 
 from edgeplane_contract.messages import CommandAckV1, PlacementState
 
@@ -46,6 +49,10 @@ class PlacementBook:
         self._wake = wake
         # Where a success's runtime observation goes (None: nowhere).
         self.learning = learning
+        # Workloads whose status is worked out at the end of a ``refreshing_once`` block (None:
+        # outside one, at once).
+        self._deferred: set[str] | None = None
+        self._learned: list[tuple[PlacementRow, PlacementState]] = []  # successes to record then
 
     async def apply_report(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
         """Move a placement forward by an agent's report (``lifecycle.report_effect``)."""
@@ -78,9 +85,15 @@ class PlacementBook:
                 await self._learn(s, placement, state)
 
     async def _learn(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
-        """Only here, where a placement becomes Succeeded: a replay finds it ended (IGNORE)."""
-        if self.learning is not None:
-            await self.learning.record(s, placement, state.observation)
+        """Only here, where a placement becomes Succeeded: a replay finds it ended (IGNORE).
+        Inside :meth:`refreshing_once` it is recorded when the block ends: each record reads the
+        store, and a read flushes what is pending, so one flush serves the whole batch."""
+        if self.learning is None:
+            return
+        if self._deferred is not None:
+            self._learned.append((placement, state))
+            return
+        await self.learning.record(s, placement, state.observation)
 
     async def _late_success(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
         """A replica reported Succeeded after its placement was marked Lost (its node was silent,
@@ -175,11 +188,45 @@ class PlacementBook:
         await self.refresh_workload(s, placement.workload_id)
 
     async def refresh_workload(self, s: AsyncSession, workload_id: str) -> None:
+        """Work out the workload's status again from its placements; inside :meth:`refreshing_once`
+        it is only noted, and done once per workload when the block ends."""
+        if self._deferred is not None:
+            self._deferred.add(workload_id)
+            return
         workload = await s.get(WorkloadRow, workload_id)
         if workload is None:
             return
         placements = await queries.placements_of(s, workload_id, ordered=True)
         self.apply_verdict(s, workload, placements)
+
+    @contextlib.asynccontextmanager
+    async def refreshing_once(self, s: AsyncSession) -> AsyncIterator[None]:
+        """Changes to many placements in ``s`` (a batch of reports), with each touched workload's
+        status worked out once at the end, from two queries for all of them, rather than after
+        each change (nothing inside reads a workload's status: the verdict depends only on the
+        placements, so the end state is the same)."""
+        if self._deferred is not None:  # already inside one: the outer block refreshes
+            yield
+            return
+        self._deferred, self._learned = set(), []
+        try:
+            yield
+            ids, learned = list(self._deferred), self._learned
+        finally:
+            self._deferred, self._learned = None, []
+        if self.learning is not None:
+            for placement, state in learned:
+                await self.learning.record(s, placement, state.observation)
+        if not ids:
+            return
+        workloads = await s.scalars(
+            select(WorkloadRow)
+            .where(WorkloadRow.id.in_(ids))
+            .options(defer(WorkloadRow.spec, raiseload=True))  # the verdict reads no spec
+        )
+        placements = await queries.placements_of_many(s, ids)
+        for workload in workloads:
+            self.apply_verdict(s, workload, placements[workload.id])
 
     def apply_verdict(self, s: AsyncSession, workload: WorkloadRow, placements: list[PlacementRow]) -> None:
         """Set ``workload``'s status from ``placements`` (all of its placements, in ``s``, by

@@ -8,6 +8,8 @@ handler's run).
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from controlplane.serverless.outcome import InvocationOutcome
@@ -55,15 +57,27 @@ class FunctionMetrics:
             buckets=_BUCKETS,
             registry=registry,
         )
+        # The labelled children in use, by label values (a deleted function's stay: a few each).
+        self._activations: dict[tuple[str, str], Any] = {}
+        self._timings: dict[str, tuple[Any, Any]] = {}
 
     def observe(self, outcome: InvocationOutcome) -> None:
         function = outcome.function
         status = "success" if outcome.ok else str((outcome.error or {}).get("code") or "error")
-        self.activations.labels(function, status).inc()
+        activations = self._activations.get((function, status))
+        if activations is None:  # labels() takes a lock and a lookup: once per label set
+            activations = self._activations[(function, status)] = self.activations.labels(function, status)
+        activations.inc()
         if outcome.node is None:  # never reached a node (no capacity): no timings to speak of
             return
         if outcome.cold_start:
             self.cold_starts.labels(function).inc()
             self.init_time.labels(function).observe(outcome.cold_start_ms / 1000)
-        self.wait_time.labels(function).observe(outcome.queue_ms / 1000)
-        self.duration.labels(function).observe(outcome.exec_ms / 1000)
+        timings = self._timings.get(function)
+        if timings is None:
+            timings = self._timings[function] = (
+                self.wait_time.labels(function),
+                self.duration.labels(function),
+            )
+        timings[0].observe(outcome.queue_ms / 1000)
+        timings[1].observe(outcome.exec_ms / 1000)

@@ -117,6 +117,8 @@ class Scheduler:
         self._epoch = 0
         self._unavailable: set[str] = set()
         self._zone_meta: dict[int, tuple[str, str]] = {}
+        self._zone_clusters: list[str] = []  # by zone id, from _zone_meta
+        self._zone_regions: list[str] = []
         self.stats = {"cycles": 0, "scheduled": 0, "unschedulable": 0, "preemptions": 0, "merges": 0}
         # Plugins get the scheduler itself as their Handle (nodes, ledger, topology, power).
         self.plugins = build_plugin_set(self.profile, self)
@@ -217,11 +219,15 @@ class Scheduler:
         if zone not in self._zone_meta:
             self._zone_meta[zone] = (node.cluster, node.region)
             zones = self.nodes.zones.names
-            self.topology.set_zones(
-                list(zones),
-                [self._zone_meta.get(z, ("", ""))[0] for z in range(len(zones))],
-                [self._zone_meta.get(z, ("", ""))[1] for z in range(len(zones))],
-            )
+            # Kept beside _zone_meta, one entry per zone id: rebuilt per new zone, they made a
+            # fleet's first registrations quadratic (10,000 nodes, 10,000 zones: 12 s of CPU).
+            del self._zone_clusters[len(zones) :], self._zone_regions[len(zones) :]
+            for z in range(len(self._zone_clusters), len(zones)):
+                cluster, region = self._zone_meta.get(z, ("", ""))
+                self._zone_clusters.append(cluster)
+                self._zone_regions.append(region)
+            self._zone_clusters[zone], self._zone_regions[zone] = node.cluster, node.region
+            self.topology.set_zones(list(zones), self._zone_clusters, self._zone_regions)
         if grew:
             self._grew([row])
 

@@ -2,8 +2,10 @@
 (``X-Edgeplane-Invocation-Id``) can be looked up at ``/v1/invocations/{id}``, as OpenWhisk keeps
 an activation record of a blocking call; and the retention of every finished invocation.
 
-The records are written behind, in one transaction every ``flush_s``, so the invocation path
-never waits on the store; until then a lookup finds them in memory. At most ``max_pending`` wait:
+The records are written behind, in one transaction every ``flush_s`` (one multi-row Core insert:
+the ORM's unit of work per row would cost more than the invocation), so the invocation path never
+waits on the store; until then a lookup finds them in memory. A record waits as the plain column
+values, made into a row only if someone looks it up. At most ``max_pending`` wait:
 if the store falls behind, the oldest records are dropped (counted, logged), never the caller's
 answer delayed. The event is not kept (the caller sent it; it may be large), the result is.
 """
@@ -14,17 +16,19 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from typing import Protocol
+from typing import Any, Protocol, cast
 
-from sqlalchemy import delete
+from sqlalchemy import Table, delete, insert
 
 from controlplane.serverless.outcome import InvocationOutcome
 from controlplane.store.models import InvocationRow
 from controlplane.store.store import Store
 
-__all__ = ["InvocationHistory", "StoreHolder", "finished_row"]
+__all__ = ["InvocationHistory", "StoreHolder", "finished_row", "finished_values"]
 
 log = logging.getLogger("edgeplane.hub.functions")
+
+_TABLE = cast(Table, InvocationRow.__table__)
 
 
 class StoreHolder(Protocol):
@@ -51,7 +55,7 @@ class InvocationHistory:
         self.retention_s = retention_s
         self.max_pending = max_pending
         self.expire_every_s = expire_every_s
-        self._pending: dict[str, InvocationRow] = {}
+        self._pending: dict[str, dict[str, Any]] = {}  # id -> the row's column values
         self._failing = False  # the last flush failed (logged once until one succeeds)
 
     def add(self, outcome: InvocationOutcome, started_at: float) -> None:
@@ -62,11 +66,14 @@ class InvocationHistory:
             self.counters["invocation_records_dropped"] += 1
             if self.counters["invocation_records_dropped"] == 1:
                 log.warning("invocation records are not written as fast as they come: dropping the oldest")
-        self._pending[outcome.invocation_id] = finished_row(outcome, created_at=started_at)
+        # The values now: the caller may still change the outcome (the API turns a result it
+        # cannot answer into an error) but the record is what the invocation came to.
+        self._pending[outcome.invocation_id] = finished_values(outcome, created_at=started_at)
 
     def pending(self, invocation_id: str) -> InvocationRow | None:
         """A record not written yet, or None."""
-        return self._pending.get(invocation_id)
+        values = self._pending.get(invocation_id)
+        return InvocationRow(**values) if values is not None else None
 
     async def flush(self) -> None:
         if not self._pending:
@@ -74,12 +81,12 @@ class InvocationHistory:
         rows, self._pending = list(self._pending.values()), {}
         try:
             async with self.hub.store.session() as s:
-                s.add_all(rows)
+                await s.execute(insert(_TABLE), rows)
         except Exception as exc:  # the store is away: keep them for the next flush (bounded by add)
             if not self._failing:  # once per outage, not every flush
                 log.warning("%d invocation record(s) not written yet: %s", len(rows), exc)
             self._failing = True
-            self._pending = {**{r.id: r for r in rows}, **self._pending}
+            self._pending = {**{r["id"]: r for r in rows}, **self._pending}
         else:
             if self._failing:
                 log.info("invocation records written again (%d waited)", len(rows))
@@ -113,19 +120,25 @@ class InvocationHistory:
                         log.info("%d finished invocation(s) past their retention deleted", expired)
 
 
+def finished_values(outcome: InvocationOutcome, *, created_at: float) -> dict[str, Any]:
+    """A finished invocation's column values (its event is not kept), finished now."""
+    return {
+        "id": outcome.invocation_id,
+        "function": outcome.function,
+        "version": outcome.version,
+        "status": "Succeeded" if outcome.ok else "Failed",
+        "node": outcome.node,
+        "cold_start": outcome.cold_start,
+        "event": {},
+        "result": {"value": outcome.result},
+        "error": outcome.error or {},
+        "timings": outcome.timings(),
+        "created_at": created_at,
+        "finished_at": time.time(),
+        "idempotency_key": None,
+    }
+
+
 def finished_row(outcome: InvocationOutcome, *, created_at: float) -> InvocationRow:
     """A finished invocation as a row (its event is not kept), finished now."""
-    return InvocationRow(
-        id=outcome.invocation_id,
-        function=outcome.function,
-        version=outcome.version,
-        status="Succeeded" if outcome.ok else "Failed",
-        node=outcome.node,
-        cold_start=outcome.cold_start,
-        event={},
-        result={"value": outcome.result},
-        error=outcome.error or {},
-        timings=outcome.timings(),
-        created_at=created_at,
-        finished_at=time.time(),
-    )
+    return InvocationRow(**finished_values(outcome, created_at=created_at))

@@ -96,8 +96,12 @@ class Invoker:
     def check_event(self, spec: FunctionSpec, event: Any) -> None:
         """Refuse (413, naming the body) an event that, with the function's code, cannot fit in one
         NATS message: the agent could never receive the invocation."""
+        self._check_size(spec, self.wire.event_json(event))
+
+    def _check_size(self, spec: FunctionSpec, event_json: str) -> None:
+        """:meth:`check_event` for an event already serialised."""
         room = self.hub.bus.max_payload - PAYLOAD_MARGIN
-        size = len(self.wire.encode(spec, invocation_id="0" * 32, event=event))
+        size = len(self.wire.encode(spec, invocation_id="0" * 32, event_json=event_json))
         if size > room:
             raise PayloadTooLargeError(
                 f"the invocation would be {size} bytes with this event, over the {room} one NATS message "
@@ -110,7 +114,8 @@ class Invoker:
     ) -> InvocationOutcome:
         spec = self.registry.resolve(name, version)
         assert spec.version is not None
-        self.check_event(spec, event)
+        event_json = self.wire.event_json(event)  # once: the size check and every send share it
+        self._check_size(spec, event_json)
         invocation_id = invocation_id or uuid.uuid4().hex
         begin = time.perf_counter()
         loop = asyncio.get_running_loop()
@@ -129,7 +134,7 @@ class Invoker:
                 if decision is None:
                     break
                 tried.add(decision.node)
-                outcome = await self._dispatch(spec, decision, event, invocation_id, begin, now)
+                outcome = await self._dispatch(spec, decision, event_json, invocation_id, begin, now)
                 if outcome is not None and (outcome.error or {}).get("code") == NOT_STARTED:
                     # Its node handed it to no worker (it ran nowhere): another node may run it.
                     self.counters["not_started_retried"] += 1
@@ -177,9 +182,16 @@ class Invoker:
         return decision
 
     async def _dispatch(
-        self, spec: FunctionSpec, decision: Route, event: Any, invocation_id: str, begin: float, now: float
+        self,
+        spec: FunctionSpec,
+        decision: Route,
+        event_json: str,
+        invocation_id: str,
+        begin: float,
+        now: float,
     ) -> InvocationOutcome | None:
-        """Send to one node; None when that node had no agent listening (safe to try elsewhere)."""
+        """Send to one node (``event_json``: the event serialised); None when that node had no
+        agent listening (safe to try elsewhere)."""
         assert spec.version is not None
         node = decision.node
         live = self.hub.nodes[node]
@@ -187,14 +199,14 @@ class Invoker:
         request = self.wire.encode(
             spec,
             invocation_id=invocation_id,
-            event=event,
+            event_json=event_json,
             keep_alive_s=keep_alive,
             allow_cold=decision.allow_cold,
             sent_at=time.time(),
         )
         key = (node, spec.name, spec.version)
         self.warmth.dispatched(key)
-        lost = self.warmth.lost_event(node)
+        lost = self.warmth.lost_future(node)
         boot_id = live.boot_id
         sent = time.perf_counter()
         outcome = InvocationOutcome(
@@ -214,14 +226,12 @@ class Invoker:
             request_task = asyncio.ensure_future(
                 self.hub.bus.request(live.cluster, subject, request, deadline_s=budget_s)
             )
-            lost_task = asyncio.ensure_future(lost.wait())
-            finished = await self._await_answer(request_task, lost_task, live.cluster, node, invocation_id)
-            lost_task.cancel()
+            finished = await self._await_answer(request_task, lost, live.cluster, node, invocation_id)
             if finished is not None:  # its answer was lost with a connection; the node kept it
                 request_task.cancel()
                 self.counters["answers_recovered"] += 1
                 self.apply_result(outcome, finished, sent, spec, node)
-            elif not request_task.done() and lost_task.done():
+            elif not request_task.done() and lost.done():
                 # The node went silent: dead, or only cut off and still running the function (its
                 # answer then arrives when it is heard again). Wait for it as long as the cluster
                 # holds a silent node's work (eviction grace) within the function's timeout, or

@@ -2,8 +2,9 @@
 
 ``encode(InvokeV1(...))`` deep-copies and serialises the function's code (its source included) on
 every invocation; the code of a version never changes, so its JSON is kept per version and only
-the invocation's own fields (id, event, keep-alive, timing) are serialised per call. The bytes
-decode to the same ``InvokeV1`` as the codec's (``tests/unit/serverless/test_invoke_wire.py``).
+the invocation's own fields (id, event, keep-alive, timing) are serialised per call, and the event
+only once per invocation (``event_json``: the size check and the send share it). The bytes decode
+to the same ``InvokeV1`` as the codec's (``tests/unit/serverless/test_invoke_wire.py``).
 """
 
 from __future__ import annotations
@@ -42,22 +43,30 @@ class InvokeWire:
         self._code[key] = (spec, text)
         return text
 
+    @staticmethod
+    def event_json(event: Any) -> str:
+        """``event`` as the codec serialises it (TypeError/ValueError: not JSON, as the codec raises)."""
+        return json.dumps(event, separators=_COMPACT)
+
     def encode(
         self,
         spec: FunctionSpec,
         *,
         invocation_id: str,
-        event: Any,
+        event: Any = None,
+        event_json: str | None = None,
         keep_alive_s: float = 600.0,
         allow_cold: bool = True,
         sent_at: float = 0.0,
     ) -> bytes:
-        """The ``InvokeV1`` of ``spec`` with these fields, encoded (TypeError/ValueError: an
-        event that is not JSON, as the codec raises)."""
+        """The ``InvokeV1`` of ``spec`` with these fields, encoded; the event given as itself or
+        already serialised (``event_json``, from :meth:`event_json`). TypeError/ValueError: an
+        event that is not JSON, as the codec raises."""
+        if event_json is None:
+            event_json = self.event_json(event)
         head = json.dumps(
             {
                 "invocation_id": invocation_id,
-                "event": event,
                 "keep_alive_s": keep_alive_s,
                 "allow_cold": allow_cold,
                 "sent_at": sent_at,
@@ -65,4 +74,4 @@ class InvokeWire:
             },
             separators=_COMPACT,
         )
-        return f'{head[:-1]},"code":{self.code_json(spec)}}}'.encode()
+        return f'{head[:-1]},"event":{event_json},"code":{self.code_json(spec)}}}'.encode()

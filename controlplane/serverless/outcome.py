@@ -34,6 +34,9 @@ class InvocationOutcome:
     exec_ms: float = 0.0
     total_ms: float = 0.0
     mode: str = ""
+    # ``result`` as strict JSON, when an agent's result was taken in (checked by serialising it
+    # once: the API answers these bytes instead of serialising it again).
+    result_json: str | None = None
 
     def timings(self) -> dict[str, float]:
         return {
@@ -48,9 +51,11 @@ def accept_result(outcome: InvocationOutcome, result: InvokeResultV1) -> None:
     """Take an agent's result into ``outcome``: a result that is not strict JSON (NaN or Infinity
     from a worker or command runtime that allows them) becomes an error, never a relayed result:
     the API's answer would not be JSON."""
-    ok = result.ok and _strict_json(result.result)
+    text = _strict_json(result.result) if result.ok else None
+    ok = text is not None
     outcome.ok = ok
     outcome.result = result.result if ok else None
+    outcome.result_json = text
     outcome.error = dict(_NOT_STRICT_JSON) if result.ok and not ok else result.error
     outcome.cold_start = result.cold_start
     outcome.cold_start_ms = result.cold_start_ms
@@ -58,9 +63,9 @@ def accept_result(outcome: InvocationOutcome, result: InvokeResultV1) -> None:
     outcome.exec_ms = result.exec_ms
 
 
-def _strict_json(value: Any) -> bool:
+def _strict_json(value: Any) -> str | None:
+    """``value`` as strict JSON, or None when it is not (NaN, Infinity, not serialisable)."""
     try:
-        json.dumps(value, allow_nan=False)
+        return json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
-        return False
-    return True
+        return None

@@ -22,6 +22,8 @@ from edgeplane_contract.objective import RewardConfig, energy_weight
 
 __all__ = ["EnergyWeights", "NodeOption", "Route", "RouteOption", "route"]
 
+_MEMO_MAX = 1024
+
 
 @dataclass(slots=True)
 class EnergyWeights:
@@ -34,11 +36,28 @@ class EnergyWeights:
 
     reward: RewardConfig = field(default_factory=RewardConfig)
     scale: float = 0.05
+    # w3 by (power source, battery level), for the (reward, scale) it was computed with: priced
+    # per node on every invocation, it changes only with a node's telemetry.
+    _memo: dict[tuple[str, float | None], float] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _memo_of: tuple[object, float] | None = field(default=None, init=False, repr=False, compare=False)
 
     def w3(self, power_source: str, battery_percent: float | None) -> float:
+        key = (power_source, battery_percent)
+        if self._memo_of is None or self._memo_of[0] is not self.reward or self._memo_of[1] != self.scale:
+            self._memo.clear()
+            self._memo_of = (self.reward, self.scale)
+        cached = self._memo.get(key)
+        if cached is not None:
+            return cached
         on_battery = np.array([1.0 if power_source == "battery" else 0.0])
         level = np.array([np.nan if battery_percent is None else battery_percent])
-        return self.scale * float(energy_weight(self.reward, on_battery, level)[0])
+        value = self.scale * float(energy_weight(self.reward, on_battery, level)[0])
+        if len(self._memo) >= _MEMO_MAX:  # battery levels vary: bounded, refilled as used
+            self._memo.clear()
+        self._memo[key] = value
+        return value
 
 
 @dataclass(slots=True)

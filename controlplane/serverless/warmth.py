@@ -64,7 +64,9 @@ class Warmth:
         self._spawn = spawn
         self.instances: dict[str, dict[str, FunctionInstance]] = {}  # node -> instance id -> instance
         self.in_flight: Counter[tuple[str, str, int]] = Counter()  # (node, function, version)
-        self._node_lost: dict[str, asyncio.Event] = {}
+        # Per node, done when it is declared lost: one future shared by every invocation waiting
+        # on the node (a task per invocation to wait on an Event cost more than the wait).
+        self._node_lost: dict[str, asyncio.Future[None]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
     def stop(self) -> None:
@@ -79,13 +81,17 @@ class Warmth:
 
     def node_lost(self, node: str) -> None:
         self.instances.pop(node, None)
-        event = self._node_lost.pop(node, None)
-        if event is not None:
-            event.set()
+        lost = self._node_lost.pop(node, None)
+        if lost is not None and not lost.done():
+            lost.set_result(None)
 
-    def lost_event(self, node: str) -> asyncio.Event:
-        """Set when ``node`` is declared lost (an invocation on it stops waiting for its answer)."""
-        return self._node_lost.setdefault(node, asyncio.Event())
+    def lost_future(self, node: str) -> asyncio.Future[None]:
+        """Done when ``node`` is declared lost (an invocation on it stops waiting for its answer).
+        Shared: wait on it (``asyncio.wait``), never cancel it."""
+        lost = self._node_lost.get(node)
+        if lost is None:
+            lost = self._node_lost[node] = asyncio.get_running_loop().create_future()
+        return lost
 
     def served(self, node: str, spec: FunctionSpec, result: InvokeResultV1) -> None:
         """An instance on ``node`` answered an invocation successfully: know it as idle."""

@@ -53,7 +53,9 @@ def test_every_bench_names_figures_its_json_has() -> None:
     functions = {"warm": {"p50_ms": 1.0}, "cold": {"p50_ms": 2.0}, "loaded": {"p50_ms": 3.0},
                  "throughput": {"invocations_per_s": 4.0}}  # fmt: skip
     lifecycle = {"post_to_running_ms": {"p50": 1.0}, "post_to_succeeded_observed_ms": {"p50": 2.0}}
-    for bench, report in zip(compare.BENCHES, (burst, functions, lifecycle), strict=True):
+    heartbeat = {"runs": [{"hub_cpu_cores": 0.1, "cpu_ratio": 3.0, "hub_cpu_us_per_heartbeat": 50.0,
+                           "register_s": 5.0}]}  # fmt: skip
+    for bench, report in zip(compare.BENCHES, (burst, functions, lifecycle, heartbeat), strict=True):
         assert (SCRIPT.parent / bench.script).exists()
         assert all(metric.read(report) > 0 for metric in bench.metrics)
 
@@ -63,3 +65,11 @@ def test_unknown_benches_are_refused(capsys: pytest.CaptureFixture[str]) -> None
         compare.parse_args(["HEAD", "--benches", "burst,warp"])
     assert exc.value.code == 2
     assert "--benches: unknown ['warp']" in capsys.readouterr().err
+
+
+def test_the_heartbeat_bench_runs_only_when_named_and_a_storm_not_absorbed_reads_as_the_worst() -> None:
+    assert [b.name for b in compare.parse_args(["HEAD"]).benches] == ["burst", "functions", "lifecycle"]
+    assert [b.name for b in compare.parse_args(["HEAD", "--benches", "heartbeat"]).benches] == ["heartbeat"]
+    (heartbeat,) = [b for b in compare.BENCHES if b.name == "heartbeat"]
+    storm = next(m for m in heartbeat.metrics if "storm" in m.name)
+    assert storm.read({"runs": [{"register_s": None}]}) == float("inf")

@@ -300,4 +300,4 @@ def test_feasible_nodes_runs_a_profiles_filters_and_leaves_the_cycles_untouched(
     assert set(asked.feasible_nodes(only_b, FUNCTION_PROFILE).nodes) <= {"n3", "n4", "n5"}
     none = asked.feasible_nodes(mk.request("f", cpu=64, kind="function"), FUNCTION_PROFILE)
     assert none.nodes == () and none.reason.startswith("0/6 nodes are available: ")
-    assert "5 node has too little cpu" in none.reason and "1 node(s) were not ready" in none.reason
+    assert "5 nodes have too little cpu" in none.reason and "1 node(s) were not ready" in none.reason

@@ -1,0 +1,148 @@
+"""Measure what the agent pays to start one placement's process, against the floor measured in
+the same run.
+
+Builds the agent's real confinement (:meth:`Confinement.detect`: the run user, unit cgroups,
+seccomp; :func:`detect_cpu_limiter`: the CPU quota group) and starts ``N`` placements ``["true"]``
+through :func:`edge_agent.placement_process.start_process`, one at a time with ``--gap-ms``
+between them (a lone POST after an idle spell pays what a burst does not: see below), interleaved
+with the floor, a bare ``asyncio.create_subprocess_exec("true")``. Usage:
+
+    python bench/agent_start.py [--starts 50] [--gap-ms 200] [--ballast-mb 80] [--json out.json]
+
+Printed per start (ms): ``prepare`` (work dir, gid, unit groups, CPU group), ``spawn`` (the rest
+of :func:`start_process`, mainly ``create_subprocess_exec`` with the child's setup: fork, joining
+the cgroups, limits, the uid drop, no_new_privs, seccomp, exec), ``total``; p50/p99 and the ratio
+of the total to the floor.
+
+``--ballast-mb`` grows this process like an agent's heap: a ``preexec_fn`` forces ``fork``
+(not ``vfork``), whose cost grows with the parent's memory. The cgroup line says whether moving
+a process between cgroups may wait an RCU grace period (the first move after an idle spell, about
+10 ms on cgroup v1 or v2 without ``favordynmods``) or not (a ``favordynmods`` mount; on Linux
+6.18+ that also switches the kernel to a per-process lock for the rest of its uptime).
+Run as root to measure the confinement a production agent applies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from edgeplane_contract.messages import PlacementState, RunSpec
+
+from edge_agent.cgroups import detect_cpu_limiter
+from edge_agent.confinement import Confinement
+from edge_agent.placement_process import RunningPlacement, start_process
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def _favordynmods() -> str:
+    """Which cgroup mounts carry ``favordynmods`` (moves do not wait a grace period), or "no"."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return "?"
+    found = [line.split()[4] for line in lines if " - cgroup" in line and "favordynmods" in line]
+    return ",".join(found) or "no"
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _floor_once() -> float:
+    began = time.perf_counter()
+    process = await asyncio.create_subprocess_exec("true", stdin=asyncio.subprocess.DEVNULL)
+    spent = (time.perf_counter() - began) * 1000
+    await process.wait()
+    return spent
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--starts", type=int, default=50)
+    parser.add_argument("--gap-ms", type=float, default=200.0, help="idle time before each start")
+    parser.add_argument("--ballast-mb", type=int, default=80, help="grow this process like an agent's heap")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    ballast = bytearray(args.ballast_mb * 2**20)
+    for offset in range(0, len(ballast), 4096):  # touch every page: fork copies page tables
+        ballast[offset] = 1
+    rows: dict[str, list[float]] = {"prepare_ms": [], "spawn_ms": [], "total_ms": [], "floor_ms": []}
+    with tempfile.TemporaryDirectory(prefix="agent-start-") as tmp:
+        node = f"bench-start-{os.getpid()}"
+        work_dir = Path(tmp) / "agent"
+        limiter = detect_cpu_limiter(node)
+        confinement = Confinement.detect(node=node, work_dir=work_dir, pids_max=512)
+        log_path = work_dir / "out.log"
+        try:
+            await _floor_once()  # warm the event loop's child watcher
+            for i in range(args.starts):
+                await asyncio.sleep(args.gap_ms / 1000)
+                rows["floor_ms"].append(await _floor_once())
+                await asyncio.sleep(args.gap_ms / 1000)
+                state = PlacementState(placement_id=f"p{i}", workload_id=f"w{i}", state="Running")
+                entry = RunningPlacement(state=state, spec=RunSpec(command=["true"], cpu=0.5), cpu=0.5)
+                entry.memory = 256 * 2**20
+                began = time.perf_counter()
+                entry.sandbox = confinement.open(state.placement_id)
+                limiter.prepare(state.placement_id, entry.cpu)
+                prepared = time.perf_counter()
+                error = await start_process(
+                    entry, confinement=confinement, cpu_limiter=limiter, log_path=log_path
+                )
+                done = time.perf_counter()
+                if error is not None or entry.process is None:
+                    print(f"start {i} failed: {error}", file=sys.stderr)
+                    return 1
+                rows["prepare_ms"].append((prepared - began) * 1000)
+                rows["spawn_ms"].append((done - prepared) * 1000)
+                rows["total_ms"].append((done - began) * 1000)
+                await entry.process.wait()
+                await confinement.kill(entry.sandbox, entry.process)
+                confinement.close(entry.sandbox)
+                limiter.release(state.placement_id)
+        finally:
+            confinement.shutdown()
+            limiter.close()
+    floor = statistics.median(rows["floor_ms"])
+    summary = {key: {"p50": statistics.median(v), "p99": _pct(v, 0.99)} for key, v in rows.items()}
+    print(
+        f"agent start, {args.starts} starts, gap {args.gap_ms:.0f} ms, rss {_rss_mb():.0f} MB, "
+        f"uid {os.geteuid()}, favordynmods mounts: {_favordynmods()}, load {_load()}"
+    )
+    print(f"isolation: {', '.join(f'{k}={v}' for k, v in confinement.report.items())}")
+    for key, value in summary.items():
+        print(f"  {key:11s} p50 {value['p50']:7.2f}  p99 {value['p99']:7.2f}")
+    print(f"  total/floor (p50): {summary['total_ms']['p50'] / floor:.1f}x")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"summary": summary, "load": _load(), "favordynmods": _favordynmods(), "rows": rows}, indent=1
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))
