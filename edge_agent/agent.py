@@ -66,6 +66,8 @@ from edge_agent.telemetry import (
 __all__ = ["Agent"]
 
 log = logging.getLogger("edgeplane.agent")
+# Seconds the shutdown waits for the hub to acknowledge the final states of what it stopped.
+SHUTDOWN_FLUSH_S = 3.0
 
 
 class Agent:
@@ -325,7 +327,10 @@ class Agent:
     async def _shutdown(self) -> None:
         for task in [*self._tasks, self.registration.task, self._resume_task]:
             await stop_task(task)
-        await self.runner.stop_all()
+        await self.runner.shut_down()
+        # Their final states (Failed, NodeShutdown) reach the hub now, while the link is up, so that
+        # it applies the restart policy at once rather than lose the node's work at lease expiry.
+        await self.reports.flush(SHUTDOWN_FLUSH_S)
         await stop_task(self._load_task)  # after the placements: their ends still read the load
         self.runner.cpu_limiter.close()
         await self.functions.close()

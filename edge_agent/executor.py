@@ -23,6 +23,10 @@ it looks for NATS: the same restart rules and the same local-policy verdict, hub
 hub later learns of them from the agent's registration and keeps them, or stops them if it has
 meanwhile placed the replica elsewhere.
 
+An agent that is stopped (SIGTERM) stops its running placements itself (:meth:`ProcessRunner.shut_down`):
+they end ``Failed`` with reason ``NodeShutdown``, not ``Cancelled`` (nobody cancelled them), and the
+hub applies the workload's ``restart_policy`` to them (a new attempt, or the workload fails).
+
 Here: the supervisor (start, watch, restart, stop). How a process starts:
 :mod:`edge_agent.placement_process`; the state file: :mod:`edge_agent.placement_file`.
 """
@@ -40,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeplane_contract.aio import wait_set
-from edgeplane_contract.messages import PlacementState, RunSpec
+from edgeplane_contract.messages import NODE_SHUTDOWN, PlacementState, RunSpec
 
 from edge_agent.cgroups import CpuLimiter, NoCpuLimit
 from edge_agent.confinement import Confinement
@@ -55,6 +59,8 @@ __all__ = ["ProcessRunner", "RestartAdvisor", "RunningPlacement"]
 log = logging.getLogger("edgeplane.agent.executor")
 
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
+# The Failed message of a placement stopped because its agent is shutting down (reason NODE_SHUTDOWN).
+SHUTDOWN_MESSAGE = "node shutting down (agent stopped)"
 
 
 # Asked when a restart is due (after the back-off): restart with which quotas, or not at all.
@@ -107,6 +113,7 @@ class ProcessRunner:
         self.backoff = backoff or Backoff()
         self.placements: dict[str, RunningPlacement] = {}
         self.tombstones: set[str] = set()  # stopped before they ran: a late run command is refused
+        self.shutting_down: set[str] = set()  # stopped by the agent's own shutdown, not by the hub
         self.state_file = state_file
         # What the state file held at start, until resume() decides (kept in the file meanwhile).
         self._undecided: list[SavedPlacement] | None = None
@@ -361,13 +368,15 @@ class ProcessRunner:
             self.on_change(state)
             self._persist()
 
-    @staticmethod
-    def _ended_early(entry: RunningPlacement, timed_out: bool) -> bool:
-        """Its work dir over the limit, a stop on request or the placement's deadline ends it; True
-        (state set) when one did."""
+    def _ended_early(self, entry: RunningPlacement, timed_out: bool) -> bool:
+        """Its work dir over the limit, a stop (the hub's, or the agent's shutdown) or the
+        placement's deadline ends it; True (state set) when one did."""
         state = entry.state
         if entry.storage_exceeded:
             state.state, state.message = "Failed", entry.storage_exceeded
+        elif entry.stop_requested and state.placement_id in self.shutting_down:
+            # Nobody asked for this end: the hub applies the workload's restart policy to it.
+            state.state, state.message, state.reason = "Failed", SHUTDOWN_MESSAGE, NODE_SHUTDOWN
         elif entry.stop_requested:
             state.state, state.message = "Cancelled", "stopped on request"
         elif timed_out:
@@ -414,6 +423,14 @@ class ProcessRunner:
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop(pid) for pid in self.running_ids()), return_exceptions=True)
+
+    async def shut_down(self) -> None:
+        """Stop every running placement because the agent itself stops: each ends ``Failed`` with
+        reason ``NodeShutdown`` (one already being stopped by the hub still ends Cancelled)."""
+        self.shutting_down.update(
+            pid for pid in self.running_ids() if not self.placements[pid].stop_requested
+        )
+        await self.stop_all()
 
     def _trim(self) -> None:
         finished = [pid for pid, p in self.placements.items() if p.state.state in TERMINAL]

@@ -87,6 +87,30 @@ class Reports:
                 await asyncio.sleep(0.5)
                 self.wake.set()
 
+    async def flush(self, within_s: float) -> int:
+        """Send what the outbox holds before the agent exits (the final states of what its shutdown
+        stopped), for at most ``within_s``, while :meth:`loop` no longer runs; what is not
+        acknowledged stays in the outbox, sent at the next start. Returns the reports sent."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        sent = 0
+        while self.outbox and (left := deadline - loop.time()) > 0:
+            nc = self.link.nc
+            if nc is None or not nc.is_connected or not self.registered.is_set():
+                break
+            window = self.outbox.head(REPORT_WINDOW)
+            try:
+                acks = await asyncio.wait_for(asyncio.gather(*(self._send(nc, r) for r in window)), left)
+            except TimeoutError:
+                break
+            acked = [report for report, ok in zip(window, acks, strict=True) if ok]
+            self.outbox.remove(acked)
+            sent += len(acked)
+            if len(acked) < len(window):
+                break
+        self.counters["reports_sent"] += sent
+        return sent
+
     async def _send(self, nc: NATS, report: StatusReportV1) -> bool:
         """One report sent; True once the hub acknowledged it."""
         try:

@@ -35,6 +35,7 @@ from edgeplane_contract.resources import DEFAULT_EPHEMERAL_STORAGE
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "NODE_SHUTDOWN",
     "RESTART_POLICIES",
     "BidRequestV1",
     "BidV1",
@@ -237,6 +238,13 @@ class PlacementState:
     # Only on a Succeeded state (Failed or Cancelled runs say nothing about slowdown); None when
     # the agent did not see the whole final run. Defaulted so that older agents' reports parse.
     observation: RuntimeObservation | None = None
+    # A stable cause of the state beside the free-text message: ``NodeShutdown`` on a Failed state
+    # the agent ended because it was itself shutting down ("" when none). Defaulted, as above.
+    reason: str = ""
+
+
+# PlacementState.reason of a placement its agent stopped while shutting down (not a hub stop).
+NODE_SHUTDOWN = "NodeShutdown"
 
 
 @dataclass(slots=True)

@@ -5,6 +5,11 @@ these rules to its rows (``hub.service``); ``tests/unit/spine/test_lifecycle_rul
 
 Placement: Scheduled -> Running -> Succeeded | Failed | Cancelled, or Lost when its node is presumed
 dead. Workload: Pending -> Scheduled -> Running -> Succeeded | Failed, or Cancelling -> Cancelled.
+
+A placement whose agent stopped it while shutting down (reason ``NodeShutdown``) follows the
+workload's restart policy: ``never`` ends it Failed (so the workload fails); ``on-failure`` and
+``always`` end it Lost, with the exit code the agent reported (a node presumed dead reports none),
+and the replica's next attempt inherits its restarts plus one (:func:`carried_restarts`).
 """
 
 from __future__ import annotations
@@ -22,9 +27,12 @@ __all__ = [
     "PlacementFacts",
     "ReportEffect",
     "WorkloadVerdict",
+    "carried_restarts",
     "late_success_blocked_by",
     "missing_replicas",
     "report_effect",
+    "rerun_after_shutdown",
+    "rerun_by_shutdown",
     "workload_verdict",
 ]
 
@@ -49,6 +57,8 @@ class PlacementFacts(Protocol):
     def message(self) -> str: ...
     @property
     def exit_code(self) -> int | None: ...
+    @property
+    def restarts(self) -> int: ...
 
 
 P = TypeVar("P", bound=PlacementFacts)
@@ -98,6 +108,26 @@ def missing_replicas(replicas: int, placements: Sequence[PlacementFacts]) -> lis
     done = {p.replica for p in placements if p.status == "Succeeded"}
     live = ("Scheduled", "Running", "Succeeded")
     return [r for r in range(replicas) if r not in done and (r not in latest or latest[r].status not in live)]
+
+
+def rerun_after_shutdown(policy: str, restarts: int, max_restarts: int) -> bool:
+    """Whether a replica whose node shut down under it runs again: as the agent restarts a process
+    a signal killed (a non-zero exit), within ``max_restarts`` (``restarts``: those it had)."""
+    return policy in ("on-failure", "always") and restarts < max_restarts
+
+
+def rerun_by_shutdown(placement: PlacementFacts) -> bool:
+    """Whether ``placement`` ended Lost to run again after its node shut down: only then does a
+    Lost placement have an exit code (a node presumed dead or refusing the run reports none)."""
+    return placement.status == "Lost" and placement.exit_code is not None
+
+
+def carried_restarts(previous: PlacementFacts | None) -> int:
+    """Restarts an attempt inherits from its replica's ``previous`` attempt: that one's and one
+    more when it is run again after a node shutdown; none after a node loss (it was not restarted)."""
+    if previous is None or not rerun_by_shutdown(previous):
+        return 0
+    return (previous.restarts or 0) + 1
 
 
 @dataclass(frozen=True, slots=True)

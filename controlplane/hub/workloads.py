@@ -17,12 +17,20 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
-from edgeplane_contract.messages import CommandAckV1, PlacementState
+from edgeplane_contract.messages import NODE_SHUTDOWN, CommandAckV1, PlacementState
 
 from controlplane.hub.dispatch import AckEffect, Sent
 from controlplane.hub.learning import InterferenceLearning
-from controlplane.hub.lifecycle import ReportEffect, late_success_blocked_by, report_effect, workload_verdict
+from controlplane.hub.lifecycle import (
+    ReportEffect,
+    carried_restarts,
+    late_success_blocked_by,
+    report_effect,
+    rerun_after_shutdown,
+    workload_verdict,
+)
 from controlplane.hub.placement import Placer
+from controlplane.hub.spec_cache import SpecCache
 from controlplane.store import queries
 from controlplane.store.models import PlacementRow, WorkloadRow
 from controlplane.store.store import ACTIVE_PLACEMENT, TERMINAL_PLACEMENT, Store
@@ -43,8 +51,11 @@ class PlacementBook:
         *,
         wake: Callable[[], None],
         learning: InterferenceLearning | None = None,
+        specs: SpecCache | None = None,
     ) -> None:
         self.placer = placer
+        # Parsed workload specs: the restart policy of a placement its node's shutdown ended.
+        self.specs = specs if specs is not None else SpecCache()  # an empty cache is falsy
         self._active = active
         self._wake = wake
         # Where a success's runtime observation goes (None: nowhere).
@@ -63,6 +74,7 @@ class PlacementBook:
         if effect is ReportEffect.IGNORE:
             return
         now = time.time()
+        carried = await self._carried(s, placement, state)
         if effect in (ReportEffect.START, ReportEffect.RESTARTS):
             if effect is ReportEffect.START:
                 placement.status = "Running"
@@ -75,12 +87,15 @@ class PlacementBook:
                 await self.refresh_workload(s, placement.workload_id)
             # A Running report after the agent restarted the process locally is normal: it only
             # moves the restart count (and the message) forward; the placement stays Running.
-            self._note_restarts(s, placement, state, now)
+            self._note_restarts(s, placement, state, now, carried)
         else:  # ReportEffect.END
-            self._note_restarts(s, placement, state, now)
+            self._note_restarts(s, placement, state, now, carried)
             placement.exit_code = state.exit_code
             placement.started_at = placement.started_at or state.started_at
-            await self.end(s, placement, state.state, state.message, finished_at=state.finished_at)
+            if state.state == "Failed" and state.reason == NODE_SHUTDOWN:
+                await self._end_by_shutdown(s, placement, state)
+            else:
+                await self.end(s, placement, state.state, state.message, finished_at=state.finished_at)
             if state.state == "Succeeded":
                 await self._learn(s, placement, state)
 
@@ -140,25 +155,61 @@ class PlacementBook:
         await self._learn(s, placement, state)
         await self.refresh_workload(s, placement.workload_id)
 
+    async def _carried(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> int:
+        """Restarts this attempt inherits from its replica's previous one (``carried_restarts``),
+        read only where they can change the count: a later attempt's first report, or a restart."""
+        if placement.attempt <= 1 or (placement.status != "Scheduled" and state.restarts == 0):
+            return 0
+        previous = [
+            p for p in await queries.other_attempts(s, placement) if p.attempt == placement.attempt - 1
+        ]
+        return carried_restarts(previous[0] if previous else None)
+
     def _note_restarts(
-        self, s: AsyncSession, placement: PlacementRow, state: PlacementState, now: float
+        self, s: AsyncSession, placement: PlacementRow, state: PlacementState, now: float, carried: int = 0
     ) -> None:
-        """Record local restarts the agent reports; counts only grow (replays and reordering are no-ops)."""
-        if state.restarts <= (placement.restarts or 0):
+        """Record the replica's restarts: those it ``carried`` from an attempt its node's shutdown
+        ended, plus the agent's local ones; counts only grow (replays and reordering are no-ops)."""
+        restarts = carried + state.restarts
+        if restarts <= (placement.restarts or 0):
             return
-        placement.restarts = state.restarts
+        placement.restarts = restarts
         placement.updated_at = now
         if state.state == "Running":
             placement.message = state.message
+        detail = state.message if state.state == "Running" else ""
+        if not detail and state.restarts == 0:
+            detail = "placed again after its node shut down"
         Store.add_event(
             s,
             "PlacementRestarted",
             "workload",
             placement.workload_id,
-            f"replica {placement.replica} on {placement.node}: restart {state.restarts}"
-            + (f" ({state.message})" if state.state == "Running" and state.message else ""),
-            {"placement_id": placement.id, "restarts": state.restarts},
+            f"replica {placement.replica} on {placement.node}: restart {restarts}"
+            + (f" ({detail})" if detail else ""),
+            {"placement_id": placement.id, "restarts": restarts},
         )
+
+    async def _end_by_shutdown(self, s: AsyncSession, placement: PlacementRow, state: PlacementState) -> None:
+        """End a placement its agent stopped while shutting down. A stop the hub had asked for ends
+        Cancelled, as ever; else the workload's restart policy decides (``lifecycle``): Lost, to run
+        again as a restart, or Failed. The node gets no new work until it registers again."""
+        self.placer.set_node_ready(placement.node, False)
+        if placement.stop_command_id is not None:
+            await self.end(s, placement, "Cancelled", "stopped on request", finished_at=state.finished_at)
+            return
+        spec = (await self.specs.load(s, [placement.workload_id])).get(placement.workload_id)
+        policy, limit = (spec.restart_policy, spec.max_restarts) if spec is not None else ("never", 0)
+        restarts = placement.restarts or 0
+        why = f"node {placement.node} shut down while it ran (agent stopped)"
+        if rerun_after_shutdown(policy, restarts, limit):
+            placement.exit_code = state.exit_code if state.exit_code is not None else 128 + 15  # SIGTERM
+            message = f"{why}; placed again (restart {restarts + 1})"
+            await self.end(s, placement, "Lost", message, finished_at=state.finished_at)
+            return
+        if policy != "never":
+            why += f"; max_restarts ({limit}) reached"
+        await self.end(s, placement, "Failed", why, finished_at=state.finished_at)
 
     async def end(
         self,

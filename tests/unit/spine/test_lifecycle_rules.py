@@ -10,9 +10,12 @@ from controlplane.hub.lifecycle import (
     MAX_ATTEMPTS,
     ReportEffect,
     WorkloadVerdict,
+    carried_restarts,
     late_success_blocked_by,
     missing_replicas,
     report_effect,
+    rerun_after_shutdown,
+    rerun_by_shutdown,
     workload_verdict,
 )
 
@@ -25,6 +28,7 @@ class P:
     acked: bool = False
     message: str = ""
     exit_code: int | None = None
+    restarts: int = 0
 
 
 E = ReportEffect
@@ -119,3 +123,58 @@ LOST_EVERY_TIME = [P(0, "Lost", attempt=a) for a in range(1, MAX_ATTEMPTS + 1)]
 )
 def test_a_workloads_status_follows_from_its_placements(replicas, cancel, placements, verdict):
     assert workload_verdict(replicas, cancel, placements) == verdict
+
+
+# A placement its agent stopped while shutting down, as the hub ends it (``hub.workloads``).
+SHUT_DOWN_FAILED = P(0, "Failed", exit_code=143, message="node n1 shut down while it ran (agent stopped)")
+SHUT_DOWN_RERUN = P(0, "Lost", exit_code=143, message="node n1 shut down while it ran (agent stopped); ...")
+
+
+@pytest.mark.parametrize(
+    ("policy", "restarts", "limit", "rerun"),
+    [
+        ("never", 0, 5, False),
+        ("on-failure", 0, 5, True),  # a process the shutdown killed did not succeed
+        ("always", 4, 5, True),
+        ("always", 5, 5, False),  # max_restarts counts these too
+        ("on-failure", 0, 0, False),
+        ("sometimes", 0, 5, False),  # an unknown policy is never
+    ],
+)
+def test_a_node_shutdown_follows_the_restart_policy(policy, restarts, limit, rerun):
+    assert rerun_after_shutdown(policy, restarts, limit) is rerun
+
+
+@pytest.mark.parametrize(
+    ("previous", "carried"),
+    [
+        (None, 0),  # a first attempt
+        (SHUT_DOWN_RERUN, 1),
+        (P(0, "Lost", exit_code=143, restarts=2), 3),  # its own restarts, and this one
+        (P(0, "Lost", restarts=2), 0),  # a node loss is no restart: the count starts afresh
+        (P(0, "Cancelled", restarts=2), 0),  # preempted
+    ],
+)
+def test_an_attempt_after_a_node_shutdown_carries_the_restarts(previous, carried):
+    assert carried_restarts(previous) == carried
+
+
+def test_only_a_lost_placement_with_an_exit_code_was_ended_by_its_nodes_shutdown():
+    assert rerun_by_shutdown(SHUT_DOWN_RERUN)
+    assert not rerun_by_shutdown(P(0, "Lost"))  # lease expiry, or the agent refused the run
+    assert not rerun_by_shutdown(SHUT_DOWN_FAILED)
+
+
+@pytest.mark.parametrize(
+    ("cancel", "placements", "verdict"),
+    [
+        (False, [SHUT_DOWN_FAILED], V("Failed", f"replica 0 failed: {SHUT_DOWN_FAILED.message}")),
+        (False, [SHUT_DOWN_RERUN], V("Pending")),  # placed again
+        (False, [SHUT_DOWN_RERUN, P(0, "Running", attempt=2, restarts=1)], V("Running")),
+        (True, [SHUT_DOWN_FAILED], V("Cancelled")),  # a user's cancel still ends Cancelled
+    ],
+)
+def test_a_workload_whose_node_shut_down_fails_or_waits_for_its_next_attempt(cancel, placements, verdict):
+    assert workload_verdict(1, cancel, placements) == verdict
+    if verdict.status == "Pending":
+        assert missing_replicas(1, placements) == [0]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from edgeplane_contract.messages import (
+    NODE_SHUTDOWN,
     CommandV1,
     OfferSpec,
     PlacementState,
@@ -22,7 +23,7 @@ from edgeplane_contract.messages import (
 )
 from edgeplane_contract.objective import RewardConfig
 
-from edge_agent.executor import ProcessRunner, RunningPlacement
+from edge_agent.executor import SHUTDOWN_MESSAGE, ProcessRunner, RunningPlacement
 from edge_agent.restarts import (
     Backoff,
     RestartChoice,
@@ -243,6 +244,24 @@ async def test_a_stop_during_the_backoff_cancels_at_once(tmp_path):
     assert await asyncio.wait_for(runner.stop("p1"), 5)
     assert time.monotonic() - began < 2
     assert (entry.state.state, entry.state.message) == ("Cancelled", "stopped on request")
+
+
+async def test_the_agents_shutdown_ends_its_placements_failed_with_a_reason_and_a_hub_stop_cancelled(
+    tmp_path,
+):
+    recorder = Recorder()
+    runner = _runner(tmp_path, recorder)
+    await runner.start("p1", "w1", RunSpec(command=["sleep", "30"], restart_policy="on-failure"))
+    await runner.start("p2", "w2", RunSpec(command=["sleep", "30"]))
+    stopping = asyncio.create_task(runner.stop("p2"))  # the hub's stop, before the shutdown
+    await asyncio.sleep(0)
+    await asyncio.wait_for(runner.shut_down(), 5)
+    await stopping
+    first, second = runner.placements["p1"].state, runner.placements["p2"].state
+    assert (first.state, first.reason, first.message) == ("Failed", NODE_SHUTDOWN, SHUTDOWN_MESSAGE)
+    assert first.exit_code == 143  # SIGTERM
+    assert (second.state, second.reason) == ("Cancelled", "")
+    assert [s.state for s in recorder.states if s.placement_id == "p1"] == ["Running", "Failed"]
 
 
 async def test_the_timeout_covers_the_whole_placement_restarts_included(tmp_path):
