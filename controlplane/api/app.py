@@ -143,7 +143,11 @@ async def list_nodes(request: web.Request) -> web.Response:
     rows, total = await hub.store.list_nodes(
         cluster=CLUSTER.parse(request), status=status, limit=limit, offset=offset
     )
-    items = [Node.of(r, region=_region(hub, r.cluster), allocated=hub.allocated(r.name)) for r in rows]
+    revoked = await request.app[IDENTITIES].revoked_among([r.name for r in rows])
+    items = [
+        Node.of(r, region=_region(hub, r.cluster), allocated=hub.allocated(r.name), revoked=r.name in revoked)
+        for r in rows
+    ]
     return web.json_response(to_json(NodePage(items=items, total=total, limit=limit, offset=offset)))
 
 
@@ -154,7 +158,8 @@ async def get_node(request: web.Request) -> web.Response:
     row = await hub.store.get_node(name)
     if row is None:
         raise NotFoundError(f"node {name!r} not found", field="name")
-    node = Node.of(row, region=_region(hub, row.cluster), allocated=hub.allocated(name))
+    revoked = name in await request.app[IDENTITIES].revoked_among([name])
+    node = Node.of(row, region=_region(hub, row.cluster), allocated=hub.allocated(name), revoked=revoked)
     return web.json_response(to_json(node))
 
 

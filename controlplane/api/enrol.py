@@ -7,7 +7,8 @@ how to connect. A join token enrols only a name that has no active credentials (
 the token unused, the refusal an event): re-keying a live node is an admin's act, ``controlplane
 node rekey`` or a join with ``"replace": true`` and a bearer token with the ``admin`` scope.
 ``DELETE /v1/nodes/{name}`` (scope ``nodes``) revokes a node's key: the server then drops its
-connection and refuses it.
+connection and refuses it. With ``forget=true`` it deletes the node (``hub.forget``): its key
+revoked, its work placed again, the hub no longer lists it; a Ready node only with ``force=true``.
 """
 
 from __future__ import annotations
@@ -24,8 +25,17 @@ from edgeplane_contract.messages import valid_token
 
 from controlplane.api.auth import IDENTITIES, authenticate
 from controlplane.api.keys import HUB
+from controlplane.api.params import FORCE, FORGET
 from controlplane.api.request import json_body
-from controlplane.api.views import JoinReply, Node, Revoked, RevokedNode, RevokedUnknownNode, to_json
+from controlplane.api.views import (
+    DeletedNode,
+    JoinReply,
+    Node,
+    Revoked,
+    RevokedNode,
+    RevokedUnknownNode,
+    to_json,
+)
 from controlplane.auth.tokens import Principal
 from controlplane.bus.authority import NatsAuthority
 from controlplane.bus.nats_auth import valid_public_key
@@ -183,7 +193,10 @@ async def _refused(request: web.Request, node: str, exc: JoinRefused) -> None:
 
 @routes.delete("/v1/nodes/{name}")
 async def revoke_node(request: web.Request) -> web.Response:
-    """Revoke a node's NATS credentials; 202 with the node (it goes NotReady as its lease ends)."""
+    """Revoke a node's NATS credentials; 202 with the node (it goes NotReady as its lease ends).
+    With ``forget=true``: delete the node (:func:`forget_node`)."""
+    if FORGET.parse(request):
+        return await forget_node(request)
     hub = request.app[HUB]
     identities = request.app[IDENTITIES]
     name = request.match_info["name"]
@@ -205,6 +218,22 @@ async def revoke_node(request: web.Request) -> web.Response:
         body = RevokedUnknownNode(name=name, credentials="revoked")
     else:
         config = hub.federation.cluster(row.cluster)
-        node = Node.of(row, region=config.region if config else "", allocated=hub.allocated(name))
+        node = Node.of(
+            row, region=config.region if config else "", allocated=hub.allocated(name), revoked=True
+        )
         body = RevokedNode.of_node(node)
     return web.json_response(to_json(body), status=202)
+
+
+async def forget_node(request: web.Request) -> web.Response:
+    """``DELETE /v1/nodes/{name}?forget=true[&force=true]``: 200 with what was done; 409 for a
+    Ready node without ``force`` (nothing done), 404 for a name the hub does not know."""
+    hub = request.app[HUB]
+    forgotten = await hub.forget_node(request.match_info["name"], force=FORCE.parse(request))
+    authority = request.app.get(NATS_AUTHORITY)
+    if authority is not None and forgotten.credentials_revoked:
+        try:
+            await authority.apply(request.app[IDENTITIES].node_credentials)
+        except Exception as exc:  # the sync loop applies it at its next pass
+            log.error("node %s deleted, but its NATS authorization not removed yet: %s", forgotten.name, exc)
+    return web.json_response(to_json(DeletedNode.of(forgotten)))

@@ -146,9 +146,19 @@ _PATHS: dict[str, Any] = {
         },
         "delete": {
             "operationId": "revokeNode",
-            "summary": "Revoke the node's NATS credentials: the server drops and refuses it",
-            "parameters": [_NAME],
-            "responses": {"202": _json(views.response_schema(views.Revoked), "Revoked"), "404": _ERROR},
+            "summary": "Revoke the node's NATS credentials: the server drops and refuses it; with "
+            "forget=true, delete the node",
+            "description": "Without `forget`: its key revoked (202); it goes NotReady. With "
+            "`forget=true`: the node deleted (200): its active placements end Lost and are placed "
+            "again, its key is revoked (a new join enrols it afresh), the hub no longer lists it "
+            "(its events stay). A Ready node is refused (409, nothing done) unless `force=true`.",
+            "parameters": [_NAME, *_params(params.FORGET, params.FORCE)],
+            "responses": {
+                "200": _json(_model(views.DeletedNode), "Deleted (forget=true)"),
+                "202": _json(views.response_schema(views.Revoked), "Revoked"),
+                "404": _ERROR,
+                "409": _json(_ref("Error"), "forget=true of a Ready node without force=true"),
+            },
         },
     },
     "/v1/join": {

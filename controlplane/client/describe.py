@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.client.render import age, cpu, memory, percent, table, text
-from controlplane.client.tables import gpu_capacity
+from controlplane.client.tables import gpu_capacity, node_status
 
 __all__ = ["describe_node", "describe_workload"]
 
@@ -163,7 +163,7 @@ def describe_node(node: dict[str, Any], workloads: list[dict[str, Any]]) -> str:
     lines = _fields(
         [
             ("Name", node.get("name")),
-            ("Status", node.get("status")),
+            ("Status", node_status(node)),
             ("Cluster", f"{node.get('cluster')} (region {node.get('region') or '-'})"),
             ("Type", node.get("node_type")),
             ("Labels", [f"{k}={v}" for k, v in (node.get("labels") or {}).items()]),

@@ -9,7 +9,7 @@ from typing import Any
 
 from controlplane.client.render import age, cpu, memory, percent
 
-__all__ = ["RESOURCES", "TOP_NODES", "Resource", "TableSpec", "gpu_capacity"]
+__all__ = ["RESOURCES", "TOP_NODES", "Resource", "TableSpec", "gpu_capacity", "node_status"]
 
 Row = Sequence[Any]
 
@@ -49,11 +49,17 @@ def _battery(node: dict[str, Any]) -> str:
     return f"{level:.0f}%" if isinstance(level, int | float) else "-"
 
 
+def node_status(node: dict[str, Any]) -> str:
+    """The node's status, kubectl-style with its condition: ``NotReady,Revoked``."""
+    status = str(node.get("status"))
+    return f"{status},Revoked" if node.get("revoked") else status
+
+
 def _node_row(n: dict[str, Any]) -> Row:
     resources = n.get("resources") or {}
     return (
         n.get("name"),
-        n.get("status"),
+        node_status(n),
         n.get("cluster"),
         n.get("node_type"),
         cpu(resources.get("cpu")),
@@ -185,7 +191,7 @@ def _top_row(n: dict[str, Any]) -> Row:
     w3 = (n.get("weights") or {}).get("w3")
     return (
         n.get("name"),
-        n.get("status"),
+        node_status(n),
         _used(allocated.get("cpu", 0), resources.get("cpu"), cpu),
         _used(allocated.get("memory", 0), resources.get("memory"), memory),
         gpus,

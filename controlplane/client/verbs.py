@@ -164,9 +164,16 @@ def apply(client: HubClient, args: argparse.Namespace) -> int:
 
 
 def delete(client: HubClient, args: argparse.Namespace) -> int:
+    if getattr(args, "force", False) and args.kind != "node":
+        raise ClientError("--force applies to `delete node` only")
     if args.kind == "workload":
         body = client.call("DELETE", f"/v1/workloads/{args.name}").body
         print(f"workload/{args.name} deleted (status {body.get('status')})")
+    elif args.kind == "node":
+        query = {"forget": "true", "force": "true" if args.force else None}
+        body = client.call("DELETE", f"/v1/nodes/{args.name}", query=query).body
+        lost = len(body.get("placements_lost") or [])
+        print(f"node/{args.name} deleted" + (f" ({lost} placement(s) placed again)" if lost else ""))
     else:
         client.call("DELETE", f"/v1/functions/{args.name}")
         print(f"function/{args.name} deleted")

@@ -1,4 +1,4 @@
-"""``controlplane delete workload ID | function NAME``."""
+"""``controlplane delete workload ID | function NAME | node NAME [--force]``."""
 
 from __future__ import annotations
 
@@ -12,10 +12,14 @@ __all__ = ["configure", "run"]
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "kind",
-        choices=("workload", "function"),
-        help="workload (by id: stops it if running) or function (by name: every version)",
+        choices=("workload", "function", "node"),
+        help="workload (by id: stops it if running), function (by name: every version) or node "
+        "(by name: revokes its key, places its work again, forgets it; a Ready one needs --force)",
     )
     parser.add_argument("name", metavar="ID_OR_NAME")
+    parser.add_argument(
+        "--force", action="store_true", help="node: delete it even while Ready (its agent still runs)"
+    )
     add_client_arguments(parser)
 
 

@@ -80,6 +80,11 @@ class FrameworkPlacer:
             self.nodes[name].ready = ready
             self.scheduler.set_node_ready(name, ready)
 
+    def remove_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None:
+            self.generation += 1
+            self.scheduler.remove_node(name)
+
     def set_node_power(self, name: str, power_source: str, battery_percent: float | None) -> None:
         node = self.nodes.get(name)
         if node is None:

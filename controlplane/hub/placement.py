@@ -63,6 +63,9 @@ class Placer(Protocol):
 
     def set_node_ready(self, name: str, ready: bool) -> None: ...
 
+    def remove_node(self, name: str) -> None:
+        """Forget a node (deleted: its placements already released); unknown names are ignored."""
+
     def set_node_power(self, name: str, power_source: str, battery_percent: float | None) -> None:
         """Power state changed (mains/battery, battery level): energy-aware scoring reads it."""
 

@@ -36,6 +36,7 @@ from edgeplane_contract.transport import PAYLOAD_MARGIN
 from controlplane.bus.hub_bus import HubBus
 from controlplane.errors import NotFoundError, StoreUnavailableError, ValidationError
 from controlplane.hub.dispatch import AckEffect, Dispatcher, Sent
+from controlplane.hub.forget import ForgottenNode, commit_forget, forget_node
 from controlplane.hub.learning import InterferenceLearning
 from controlplane.hub.leases import (
     STALL_SHARE,
@@ -129,7 +130,9 @@ class Hub:
         self.learning = InterferenceLearning(
             placer, keep=settings.runtime_observations_kept, specs=self.specs
         )
-        self.book = PlacementBook(placer, self._active, wake=self.wake, learning=self.learning)
+        self.book = PlacementBook(
+            placer, self._active, wake=self.wake, learning=self.learning, specs=self.specs
+        )
         self.placing = PlacementRound(
             store,
             placer,
@@ -610,6 +613,16 @@ class Hub:
             active = await queries.active_placements(s, workload_id=workload_id)
             self.book.request_stops(active, "cancelled by user")
             await self.book.refresh_workload(s, workload_id)
+
+    async def forget_node(self, name: str, *, force: bool = False) -> ForgottenNode:
+        """Delete a node the hub should stop knowing (``hub.forget``): its active placements Lost
+        and placed again, its credentials revoked, its row gone; 409 for a Ready one unless
+        ``force``, 404 for an unknown name."""
+        async with self._lock:
+            async with self.store.session() as s:
+                forgotten = await forget_node(self, s, name, force=force)
+            commit_forget(self, forgotten)
+        return forgotten
 
     def function_nodes(self, request: WorkloadRequest) -> Feasibility:
         """The nodes where one instance of a function fits now (the one placement engine)."""

@@ -393,6 +393,18 @@ class IdentityStore:
             row = await session.get(NodeCredentialRow, node)
             return row if row is not None and row.revoked_at is None else None
 
+    async def revoked_among(self, nodes: list[str]) -> set[str]:
+        """The names in ``nodes`` whose credentials are revoked (one never enrolled is not)."""
+        if not nodes:
+            return set()
+        async with self.store.session() as session:
+            rows = await session.scalars(
+                select(NodeCredentialRow.node).where(
+                    NodeCredentialRow.node.in_(nodes), NodeCredentialRow.revoked_at.is_not(None)
+                )
+            )
+            return set(rows)
+
     async def revoke_node(self, node: str) -> bool:
         """Remove a node's NATS identity; False when it had none."""
         async with self.store.session() as session:

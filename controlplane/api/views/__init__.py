@@ -23,6 +23,7 @@ from controlplane.api.views.functions import (
 from controlplane.api.views.nodes import (
     Cluster,
     ClusterList,
+    DeletedNode,
     JoinReply,
     Node,
     NodePage,
@@ -49,6 +50,7 @@ __all__ = [
     "Cluster",
     "ClusterList",
     "Deleted",
+    "DeletedNode",
     "Event",
     "EventPage",
     "Function",
@@ -86,6 +88,7 @@ RESPONSE_MODELS: tuple[type, ...] = (
     NodePage,
     RevokedNode,
     RevokedUnknownNode,
+    DeletedNode,
     JoinReply,
     Placement,
     Workload,

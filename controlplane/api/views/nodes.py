@@ -7,11 +7,13 @@ from typing import Annotated, Any, Literal
 
 from controlplane.api.params import NODE_STATUS
 from controlplane.api.views.base import DateTime, iso, one_of
+from controlplane.hub.forget import ForgottenNode
 from controlplane.store.models import ClusterRow, NodeRow
 
 __all__ = [
     "Cluster",
     "ClusterList",
+    "DeletedNode",
     "JoinReply",
     "Node",
     "NodePage",
@@ -50,9 +52,12 @@ class Node:
     heartbeat_interval_s: float
     registered_at: DateTime
     last_heartbeat_at: DateTime
+    revoked: Annotated[
+        bool, {"description": "its credentials are revoked: it cannot connect until it enrols again"}
+    ]
 
     @classmethod
-    def of(cls, row: NodeRow, *, region: str, allocated: dict[str, Any]) -> Node:
+    def of(cls, row: NodeRow, *, region: str, allocated: dict[str, Any], revoked: bool = False) -> Node:
         telemetry = row.telemetry or {}
         return cls(
             name=row.name,
@@ -71,6 +76,7 @@ class Node:
             heartbeat_interval_s=row.heartbeat_interval_s,
             registered_at=iso(row.registered_at),
             last_heartbeat_at=iso(row.last_heartbeat_at),
+            revoked=revoked,
         )
 
 
@@ -102,6 +108,35 @@ class RevokedUnknownNode:
 
 
 Revoked = RevokedNode | RevokedUnknownNode
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedNode:
+    """``DELETE /v1/nodes/{name}?forget=true``: the node the hub no longer knows."""
+
+    name: str
+    cluster: Annotated[str, {"description": "empty for a node enrolled but never registered"}]
+    status: Annotated[str, {"description": "its status when deleted (empty: never registered)"}]
+    deleted: bool
+    forced: Annotated[bool, {"description": "it was Ready, deleted with force=true"}]
+    credentials_revoked: Annotated[
+        bool, {"description": "revoked by this delete (false: revoked before, or it had none)"}
+    ]
+    placements_lost: Annotated[
+        list[str], {"description": "its placements ended as Lost (their replicas are placed again)"}
+    ]
+
+    @classmethod
+    def of(cls, forgotten: ForgottenNode) -> DeletedNode:
+        return cls(
+            name=forgotten.name,
+            cluster=forgotten.cluster,
+            status=forgotten.status,
+            deleted=True,
+            forced=forgotten.forced,
+            credentials_revoked=forgotten.credentials_revoked,
+            placements_lost=list(forgotten.placements_lost),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from edgeplane_contract.messages import FunctionInstance as ReportedInstance
 
 from controlplane.api import views
 from controlplane.api.openapi import _REQUEST_MODELS, openapi_document
+from controlplane.hub.forget import ForgottenNode
 from controlplane.hub.spec import WorkloadSpec
 from controlplane.scheduling.interference import InterferenceEstimate, InterferenceEstimator, LoadProfile
 from controlplane.serverless.estimates import FunctionStats
@@ -155,6 +156,7 @@ async def _samples() -> dict[type, list[Any]]:
         views.NodePage([node], 1, 50, 0),
         views.RevokedNode.of_node(node),
         views.RevokedUnknownNode(name="n9", credentials="revoked"),
+        views.DeletedNode.of(ForgottenNode("n1", "c1", "NotReady", False, True, ["p1"])),
         views.JoinReply("n1", "c1", "nats://hub:4222", "ep.c1", "_INBOX.c1.n1"),
         views.Workload.of(workload, placements),
         views.Workload.of(workload, []),
