@@ -53,7 +53,7 @@ async def test_filter_answers_an_extender_filter_result_with_every_key(extender)
     assert body["Nodes"] is None
     assert body["NodeNames"] == ["edge-mains", "edge-battery"]
     assert body["FailedNodes"] == {}
-    assert body["FailedAndUnresolvableNodes"]["edge-small"] == "node has too little cpu"
+    assert body["FailedAndUnresolvableNodes"]["edge-small"] == "Insufficient cpu"  # as kube says it
     assert "edgeplane knows no node 'edge-busy'" in body["FailedAndUnresolvableNodes"]["edge-busy"]
     assert set(body["FailedAndUnresolvableNodes"]) == {"edge-small", "edge-busy", "kind-control-plane"}
     assert body["Error"] == ""
