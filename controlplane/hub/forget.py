@@ -15,20 +15,44 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.errors import ConflictError, NotFoundError
+from controlplane.hub.nodes import NodeLive
+from controlplane.hub.placement import Placer
+from controlplane.hub.registry import NodeRegistry
+from controlplane.hub.workloads import PlacementBook
 from controlplane.store import queries
 from controlplane.store.models import NodeCredentialRow, NodeRow
 from controlplane.store.store import Store
 
-if TYPE_CHECKING:
-    from controlplane.hub.service import Hub
+__all__ = ["ForgetHost", "ForgottenNode", "commit_forget", "forget_node"]
 
-__all__ = ["ForgottenNode", "commit_forget", "forget_node"]
+
+class _NodeLoss(Protocol):
+    def node_lost(self, node: str) -> None: ...
+
+
+class ForgetHost(Protocol):
+    """What forgetting a node touches of the hub (``hub.service.Hub`` is one)."""
+
+    @property
+    def nodes(self) -> MutableMapping[str, NodeLive]: ...
+    @property
+    def book(self) -> PlacementBook: ...
+    @property
+    def registry(self) -> NodeRegistry: ...
+    @property
+    def functions(self) -> _NodeLoss: ...
+    @property
+    def placer(self) -> Placer: ...
+    @property
+    def wake(self) -> Callable[[], None]: ...
+
 
 log = logging.getLogger("edgeplane.hub")
 
@@ -45,7 +69,7 @@ class ForgottenNode:
     placements_lost: list[str]  # the ids of the placements ended as Lost
 
 
-async def forget_node(hub: Hub, s: AsyncSession, name: str, *, force: bool) -> ForgottenNode:
+async def forget_node(hub: ForgetHost, s: AsyncSession, name: str, *, force: bool) -> ForgottenNode:
     """Forget ``name`` in ``s`` (the caller holds the hub's lock); NotFoundError for a name the
     hub does not know, ConflictError for a Ready node without ``force``. Call
     :func:`commit_forget` once ``s`` has committed."""
@@ -110,7 +134,7 @@ async def forget_node(hub: Hub, s: AsyncSession, name: str, *, force: bool) -> F
     return forgotten
 
 
-def commit_forget(hub: Hub, forgotten: ForgottenNode) -> None:
+def commit_forget(hub: ForgetHost, forgotten: ForgottenNode) -> None:
     """Drop the node from the hub's memory once its forgetting has committed: the registry's live
     view (its lease, flushes and cluster hints skip a name they no longer find), the placer and
     the function instances it had."""
