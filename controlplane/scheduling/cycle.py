@@ -1,7 +1,8 @@
 """One scheduling cycle for one replica: PreFilter, Filter (masks), sample, Score, select.
 
 Reserve and Bind follow in :mod:`.commit`; PostFilter (preemption, merges) in :mod:`.placement`
-when a cycle finds no node.
+when a cycle finds no node. A :data:`Chooser` set on the runner picks among the scored
+candidates instead of the profile's selection (the simulator's stepping API, issue 23).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 
 from controlplane.scheduling.actions import RESOURCE_FIT, ActionSpace, Candidates, NodeActions
 from controlplane.scheduling.explain import PluginScores, explain_choice, mask_report
-from controlplane.scheduling.explanation import CycleFailure, ReplicaExplanation
+from controlplane.scheduling.explanation import CycleFailure, MaskReport, ReplicaExplanation
 from controlplane.scheduling.framework import (
     MAX_NODE_SCORE,
     STATE_ACTIONS,
@@ -34,9 +35,12 @@ from controlplane.scheduling.nodetable import NodeTable
 from controlplane.scheduling.plugin_set import PluginSet
 from controlplane.scheduling.profiles import Profile
 
-__all__ = ["Cycle", "CycleRunner", "Filtered", "counted"]
+__all__ = ["DEFER", "DEFERRED", "Choice", "Chooser", "Cycle", "CycleRunner", "Filtered", "counted"]
 
 _UNRESOLVABLE = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+DEFER = -1
+"""What a :data:`Chooser` returns to place nothing now: the replica waits in the queue."""
+DEFERRED = "deferred by the chooser"
 
 
 @dataclass(slots=True)
@@ -49,6 +53,25 @@ class Cycle:
     assignment: Assignment | None = None
     unresolvable: BoolArray | None = None
     explanation: ReplicaExplanation | None = None
+
+
+@dataclass(slots=True)
+class Choice:
+    """One replica's scored candidates, handed to a :data:`Chooser` before selection."""
+
+    request: WorkloadRequest
+    replica: int
+    state: CycleState
+    cand: Candidates
+    """One action per candidate node (``cand.rows`` index the node table)."""
+    ranking: FloatArray
+    """The profile's Score totals (-inf where a plugin excluded the candidate)."""
+    best: int
+    """The profile's own pick (an index into ``cand``), its tie-break already drawn."""
+
+
+Chooser = Callable[[Choice], int]
+"""Returns an index into ``choice.cand``, or :data:`DEFER`."""
 
 
 @dataclass(slots=True)
@@ -116,6 +139,8 @@ class CycleRunner:
         self.explain_top = explain_top
         self.next_start = 0
         """Where the next sampled cycle starts looking (reset when the node rows shift)."""
+        self.chooser: Chooser | None = None
+        """Who picks among the scored candidates (None: :meth:`select`, the profile's rule)."""
 
     def rejections(
         self, state: CycleState, request: WorkloadRequest, actions: NodeActions, restrict: BoolArray | None
@@ -239,6 +264,17 @@ class CycleRunner:
             return int(ties[0])
         return int(ties[self.rng.randrange(len(ties))])
 
+    def _deferred(self, replica: int, state: CycleState, report: MaskReport | None) -> Cycle:
+        """The chooser placed nothing: unresolvable, so no post-filter evicts for it."""
+        status = Status(_UNRESOLVABLE, (DEFERRED,))
+        expl = (
+            ReplicaExplanation(replica, report, failure=CycleFailure(_UNRESOLVABLE.name, DEFERRED))
+            if report is not None
+            else None
+        )
+        n = len(self.nodes)
+        return Cycle(status=status, state=state, unresolvable=np.ones(n, dtype=bool), explanation=expl)
+
     def run(self, request: WorkloadRequest, replica: int, restrict: BoolArray | None, explain: bool) -> Cycle:
         """One cycle for ``replica``, over the nodes in ``restrict`` (all when None)."""
         self.stats["cycles"] += 1
@@ -270,6 +306,12 @@ class CycleRunner:
         cand = self.space.candidates(t, request.resources, actions, rows)
         total, ranking, per_plugin = self._score(state, request, cand)
         best = self.select(ranking)
+        if self.chooser is not None:
+            # The profile's pick is drawn first either way, so its tie-break stream advances
+            # exactly as without a chooser: a chooser that returns it changes nothing.
+            best = self.chooser(Choice(request, replica, state, cand, ranking, best))
+            if best == DEFER:
+                return self._deferred(replica, state, report)
         assignment = cand.assignment(best, t)
         expl = None
         if report is not None:

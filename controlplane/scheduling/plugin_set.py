@@ -8,6 +8,7 @@ for a plugin by name or class.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from edgeplane_contract.objective import RewardConfig
@@ -20,6 +21,7 @@ from controlplane.scheduling.framework import (
     FilterPlugin,
     Handle,
     Plugin,
+    PluginFactory,
     PostFilterPlugin,
     PreFilterPlugin,
     ReservePlugin,
@@ -56,15 +58,21 @@ class PluginSet:
     """Whether the core applies the resource mask itself (no plugin reports it)."""
 
 
-def build_plugin_set(profile: Profile, handle: Handle) -> PluginSet:
-    """Build every plugin the profile names; a plugin refusing its args is a ConfigError."""
+def build_plugin_set(
+    profile: Profile, handle: Handle, registry: Mapping[str, PluginFactory] | None = None
+) -> PluginSet:
+    """Build every plugin the profile names from ``registry`` (default: the built-in
+    :data:`~.plugins.registry.REGISTRY`); a plugin refusing its args is a ConfigError."""
+    factories = REGISTRY if registry is None else registry
     built = PluginSet()
     for i, spec in enumerate(profile.plugins):
         args = dict(spec.args)
         if spec.name in INHERITS_PROFILE_REWARD and "reward" not in args:
             args["reward"] = dict(profile.reward)
+        if spec.name not in factories:
+            raise ConfigError(profile.source, f"plugins[{i}].name", f"unknown plugin {spec.name!r}")
         try:
-            plugin: Plugin = REGISTRY[spec.name](args, handle)
+            plugin: Plugin = factories[spec.name](args, handle)
         except (TypeError, ValueError) as exc:
             raise ConfigError(profile.source, f"plugins[{i}].args", str(exc)) from None
         if isinstance(plugin, RewardScorer):

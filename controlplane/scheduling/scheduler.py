@@ -38,9 +38,9 @@ from edgeplane_contract.power import PowerModel
 
 from controlplane.federation.config import FederationConfig
 from controlplane.federation.placement import ClusterAggregate
-from controlplane.scheduling.cycle import CycleRunner
+from controlplane.scheduling.cycle import Chooser, CycleRunner
 from controlplane.scheduling.federation_plan import cluster_aggregates
-from controlplane.scheduling.framework import FloatArray, Status
+from controlplane.scheduling.framework import FloatArray, PluginFactory, Status
 from controlplane.scheduling.instrument import FrameworkRecorder, instrument, timed_attempt
 from controlplane.scheduling.interference import (
     InterferenceEstimate,
@@ -101,8 +101,11 @@ class Scheduler:
         explain_top: int = 3,
         preemption_retry_s: float = 30.0,
         recorder: FrameworkRecorder | None = None,
+        registry: Mapping[str, PluginFactory] | None = None,
     ) -> None:
         self.profile = profile if isinstance(profile, Profile) else load_profile(profile)
+        self.registry = registry
+        """The plugin factories by name (None: the built-in registry); a value, never mutated."""
         self.federation = federation
         self.nodes = NodeTable()
         self.ledger = Ledger(self.nodes)
@@ -121,7 +124,7 @@ class Scheduler:
         self._zone_regions: list[str] = []
         self.stats = {"cycles": 0, "scheduled": 0, "unschedulable": 0, "preemptions": 0, "merges": 0}
         # Plugins get the scheduler itself as their Handle (nodes, ledger, topology, power).
-        self.plugins = build_plugin_set(self.profile, self)
+        self.plugins = build_plugin_set(self.profile, self, registry)
         self.recorder = recorder
         """Who receives attempt, extension-point and plugin timings (the hub's metrics); None: nobody."""
         if recorder is not None:
@@ -153,6 +156,16 @@ class Scheduler:
         """Observations between two refits of the estimate the scores use."""
 
     # -- the profile's plugins -------------------------------------------------------------
+
+    @property
+    def chooser(self) -> Chooser | None:
+        """Who picks among each cycle's scored candidates instead of the profile's selection
+        (see :class:`.cycle.Choice`; the simulator's stepping API); None: the profile."""
+        return self._cycles.chooser
+
+    @chooser.setter
+    def chooser(self, chooser: Chooser | None) -> None:
+        self._cycles.chooser = chooser
 
     @property
     def _scorers(self) -> list[WeightedScorer]:
@@ -334,7 +347,7 @@ class Scheduler:
             return self._cycles.feasible(request)
         runner = self._filter_runners.get(profile.name)
         if runner is None or runner.profile is not profile:
-            plugins = build_plugin_set(profile, self)
+            plugins = build_plugin_set(profile, self, self.registry)
             if self.recorder is not None:
                 instrument(plugins, self.recorder, profile.name)
             runner = CycleRunner(

@@ -21,19 +21,28 @@ the hub uses) and models what the scheduler cannot set:
 This module holds the event loop and the workload's life cycle; the fleet's physics (rates,
 power, batteries) is :mod:`.physics`, the power manager :mod:`.power_manager`, the raw record
 :mod:`.record` and its metrics :mod:`.metrics`, the hidden physics :mod:`.physics_params`.
-About 415 lines: one event loop and the task life cycle it drives, kept together.
+
+**Stepping** (issue 23): a ``chooser`` given to the simulation picks the node of every replica
+the scheduler places (``Scheduler.chooser``, called in each cycle with its scored candidates;
+the scheduler's filters, post-filters, queue and gangs stay in charge), and
+:meth:`Simulation.meter` reads the measured outcomes so far without advancing anything.
+``controlplane.learn`` turns the chooser's calls into ``step()`` boundaries; :meth:`Simulation.run`
+itself is unchanged, and a chooser that returns the profile's own pick gives the same record.
+About 510 lines: one event loop and the task life cycle it drives, kept together.
 """
 
 from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from controlplane.scheduling.cycle import Chooser
+from controlplane.scheduling.framework import PluginFactory
 from controlplane.scheduling.interference import LoadProfile
 from controlplane.scheduling.model import Assignment, Decision
 from controlplane.scheduling.scheduler import Scheduler
@@ -58,9 +67,32 @@ from controlplane.sim.presets import Preset
 from controlplane.sim.record import RunRecord
 from controlplane.sim.workload import TaskSpec
 
-__all__ = ["RunRecord", "Simulation"]  # RunRecord lives in .record; importable from here too
+__all__ = ["Meter", "RunRecord", "Simulation"]  # RunRecord lives in .record; importable from here too
 
 _ARRIVE, _FINISH, _GIVEUP, _WAKE, _TICK, _END = range(6)
+
+
+@dataclass(frozen=True, slots=True)
+class Meter:
+    """A run's measured outcomes so far (measured tasks, the measured window) as :mod:`.metrics`
+    defines them; once the run has ended, its record's.
+
+    Energy counts what the record holds plus what it will be credited for the time since each
+    node was last brought up to date (reading advances nothing), so the differences between
+    successive readings add up to the run's totals."""
+
+    t: float
+    sla_violations: int
+    """Measured tasks with an SLA that finished late or gave up (at the end: or never finished)."""
+    energy_j: float
+    """The fleet's energy in the window (``energy_kwh`` x 3.6e6)."""
+    battery_wh: float
+    """Energy drawn from batteries over the whole run (``battery_drawn_wh``)."""
+    served_cpu_t: float
+    """Work served in the window, vCPU-seconds (credited when a replica finishes)."""
+    queue_s: float
+    """Seconds measured tasks waited: arrival to full start, to giving up, or to now."""
+    finished: bool
 
 
 class Simulation:
@@ -77,7 +109,11 @@ class Simulation:
         seed: int,
         progress: Callable[[str, float, tuple[float, float]], None] | None = None,
         physics: PhysicsParams | None = None,
+        chooser: Chooser | None = None,
+        plugins: Mapping[str, PluginFactory] | None = None,
     ) -> None:
+        """``chooser``: picks each replica's node instead of the profile (module docstring);
+        ``plugins``: the scheduler's plugin factories by name (None: the built-in registry)."""
         self.preset = preset
         # The hidden physics (default: the preset's reference constants); the scheduler never
         # sees it, only the runtimes it produces (see _observe).
@@ -99,7 +135,9 @@ class Simulation:
                 refresh_s=5.0,
                 region_latency_ms=fed.latency_between if fed is not None else None,
             ),
+            registry=plugins,
         )
+        self.sched.chooser = chooser
         self.rng = np.random.default_rng([seed, 7])
         self.nodes, places = build_fleet(preset, self.sched, self.truth.power_specs)
         self.by_name = {node.name: node for node in self.nodes}
@@ -110,6 +148,12 @@ class Simulation:
         self.order = [self.tasks[spec.id] for spec in tasks]
         self.measured_total = sum(1 for spec in tasks if spec.measured)
         self.measured_resolved = 0
+        # The meter's running tallies (see meter()); nothing in the run reads them.
+        self.sla_violations = 0
+        self.waiting = 0  # measured tasks arrived, not fully started, not resolved
+        self.waiting_since = 0.0  # the sum of their arrival times
+        self.waited_s = 0.0  # the waits that have ended
+        self.finished = False
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq = 0
         self.sens = self.truth.sensitivity
@@ -179,7 +223,28 @@ class Simulation:
             self.physics.advance(node, min(self.now, self.window[1]))
         credit_running(self.record, self.nodes, self.now, self.window)
         record_outcomes(self.record, self.nodes, self.order, self.sched.stats, time.perf_counter() - started)
+        self.finished = True
         return self.record
+
+    def meter(self) -> Meter:
+        """The measured outcomes up to now (see :class:`Meter`); reads, advances nothing."""
+        rec = self.record
+        queue_s = self.waited_s + self.waiting * self.now - self.waiting_since
+        if self.finished:
+            violations = sum(1 for t in rec.tasks if t["violated"])
+            return Meter(
+                self.now, violations, rec.energy_j, rec.battery_drawn_wh, rec.served_cpu_t, queue_s, True
+            )
+        energy_j = rec.energy_j
+        battery_wh = 0.0
+        lo, hi = self.window
+        for node in self.nodes:
+            # What physics.advance(node, now) would credit, without doing it.
+            energy_j += node.power_w * max(0.0, min(self.now, hi) - max(node.last_t, lo))
+            battery_wh += node.battery_drawn_wh
+            if node.has_battery and node.on_battery and node.state != "dead" and self.now > node.last_t:
+                battery_wh += node.power_w * (self.now - node.last_t) / 3600.0
+        return Meter(self.now, self.sla_violations, energy_j, battery_wh, rec.served_cpu_t, queue_s, False)
 
     # -- tasks -----------------------------------------------------------------------------
 
@@ -228,6 +293,7 @@ class Simulation:
         task.placed[index] = rep
         if task.full_start is None and len(task.placed) + len(task.finished) >= spec.request.replicas:
             task.full_start = self.now
+            self._stop_waiting(task)
 
     def _stop(self, rep: SimReplica) -> None:
         node = rep.node
@@ -289,6 +355,9 @@ class Simulation:
 
     def _on_arrive(self, task: SimTask) -> None:
         spec = task.spec
+        if spec.measured:
+            self.waiting += 1
+            self.waiting_since += spec.arrival_s
         if spec.large_gpu and spec.measured and len(spec.request.resources.mig) == 1:
             task.arrival_fit = arrival_fit(self.nodes, spec.request.resources.mig[0])
         self._schedule(task)
@@ -338,8 +407,23 @@ class Simulation:
         if task.resolved:
             return
         task.resolved = True
-        if task.spec.measured:
+        spec = task.spec
+        if spec.measured:
             self.measured_resolved += 1
+            if task.full_start is None:
+                self._stop_waiting(task)
+            if spec.sla_s is not None:
+                # As metrics.record_outcomes decides it at the end.
+                late = task.done_at is None or task.done_at - spec.arrival_s > spec.sla_s
+                self.sla_violations += int(task.dropped or late)
+
+    def _stop_waiting(self, task: SimTask) -> None:
+        """A measured task's wait ended (full start or giving up): the meter's queueing."""
+        spec = task.spec
+        if spec.measured:
+            self.waiting -= 1
+            self.waiting_since -= spec.arrival_s
+            self.waited_s += self.now - spec.arrival_s
 
     def _retry_pending(self) -> None:
         if not len(self.sched.queue):

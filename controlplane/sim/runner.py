@@ -12,21 +12,23 @@ preset). ``load`` scales the preset's arrival rates (:func:`~.presets.scale_load
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from controlplane.scheduling.profiles import BUILTIN_PROFILES
 from controlplane.sim.battery import ADAPTIVE, FIXED, battery_comparison
 from controlplane.sim.engine import Simulation
 from controlplane.sim.metrics import summarise
-from controlplane.sim.physics_params import ORACLE, draw_physics, oracle_profile
+from controlplane.sim.physics_params import ORACLE, PhysicsParams, draw_physics, oracle_profile
 from controlplane.sim.presets import Preset, get_preset, scale_load, scale_preset
-from controlplane.sim.workload import generate_tasks
+from controlplane.sim.workload import TaskSpec, generate_tasks
 
 __all__ = [
     "DEFAULT_SCHEDULERS",
     "POWER_MANAGER_MODES",
     "SCHEDULERS",
+    "Scenario",
+    "build_scenario",
     "check_power_manager",
     "default_schedulers",
     "power_manager_runs",
@@ -93,6 +95,40 @@ def power_manager_runs(
             yield name, name, with_power_manager(preset, mode == "on")
 
 
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """What every run of a comparison shares: the fleet and load, the hidden physics, the arrivals."""
+
+    preset: Preset
+    physics: PhysicsParams
+    tasks: list[TaskSpec]
+
+    def simulation(self, *, hours: float, **kwargs: Any) -> Simulation:
+        """A run of the scenario (``kwargs``: :class:`~.engine.Simulation`'s others, e.g. ``profile``)."""
+        return Simulation(self.preset, self.tasks, hours=hours, physics=self.physics, **kwargs)
+
+
+def build_scenario(
+    preset: Preset,
+    *,
+    hours: float,
+    seed: int,
+    physics_seed: int | None,
+    nodes: int | None = None,
+    load: float = 1.0,
+) -> Scenario:
+    """The preset scaled to ``nodes`` and ``load``, its physics drawn from ``physics_seed``
+    (None: the reference constants) and its arrivals from ``seed``: what :func:`run_comparison`
+    and the stepping environment (``controlplane.learn``) simulate."""
+    scenario = scale_preset(preset, nodes) if nodes else preset
+    scenario = scale_load(scenario, load)
+    physics = draw_physics(scenario, physics_seed)
+    tasks = generate_tasks(
+        scenario, hours, seed, data_nodes=_data_nodes(scenario), estimate_error=physics.estimate_error
+    )
+    return Scenario(scenario, physics, tasks)
+
+
 def run_comparison(
     *,
     preset: str | Preset,
@@ -111,12 +147,8 @@ def run_comparison(
     ``power_manager``: on, off or both (None: as the preset says); ``load``: offered load x F."""
     check_power_manager(power_manager)
     base = get_preset(preset) if isinstance(preset, str) else preset
-    scenario = scale_preset(base, nodes) if nodes else base
-    scenario = scale_load(scenario, load)
-    physics = draw_physics(scenario, physics_seed)
-    tasks = generate_tasks(
-        scenario, hours, seed, data_nodes=_data_nodes(scenario), estimate_error=physics.estimate_error
-    )
+    built = build_scenario(base, hours=hours, seed=seed, physics_seed=physics_seed, nodes=nodes, load=load)
+    scenario, physics, tasks = built.preset, built.physics, built.tasks
     results: dict[str, Any] = {}
     for run_name, name, run_scenario in power_manager_runs(schedulers, power_manager, scenario):
         profile = oracle_profile(physics) if name == ORACLE else SCHEDULERS[name]

@@ -78,6 +78,7 @@ __all__ = [
     "LocalPolicyBidArgs",
     "load_policy",
     "new",
+    "node_views",
     "validate",
 ]
 
@@ -166,6 +167,85 @@ def _check(args: LocalPolicyBidArgs) -> None:
         raise ValueError(f"{NAME}.bid_score: must be one of {', '.join(BID_SCORES)}")
 
 
+def node_views(handle: Handle, cand: Candidates, x: RewardInputs) -> list[NodeView]:
+    """Each candidate node as its agent sees itself, from the scheduler's node table and the
+    candidates' reward inputs (shared with the learning environment, ``controlplane.learn``)."""
+    t = handle.nodes
+    rows = cand.rows
+    power = handle.power
+    gpus_free = t.free_whole_gpus()[rows].tolist()
+    mig_rows = t.mig_gpu[rows]
+    occ = t.mig_occ[rows]
+    comp = t.mig_comp[rows]
+    types = t.node_type[rows].tolist()
+    battery = t.battery_pct[rows].tolist()
+    views = []
+    for k, (
+        ntype,
+        cap,
+        alloc,
+        mcap,
+        malloc,
+        gcount,
+        gused,
+        reps,
+        sens,
+        io,
+        on_bat,
+        idle,
+        peak,
+    ) in enumerate(
+        zip(
+            types,
+            x.cpu_cap.tolist(),
+            x.cpu_alloc.tolist(),
+            x.mem_cap.tolist(),
+            x.mem_alloc.tolist(),
+            x.gpu_count.tolist(),
+            x.gpu_used.tolist(),
+            x.replicas.tolist(),
+            x.sens_sum.tolist(),
+            x.io_count.tolist(),
+            x.on_battery.tolist(),
+            x.idle_w.tolist(),
+            x.max_w.tolist(),
+            strict=True,
+        )
+    ):
+        type_name = NODE_TYPES[ntype]
+        spec = power.spec(type_name)
+        mig_free: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+        if mig_rows[k].any():
+            mig_free = _mig_free(
+                tuple((int(o), int(c)) for o, c, m in zip(occ[k], comp[k], mig_rows[k], strict=True) if m)
+            )
+        pct = battery[k]
+        views.append(
+            NodeView(
+                node_type=type_name,
+                cpu_capacity=cap,
+                cpu_allocated=alloc,
+                memory_capacity=mcap,
+                memory_allocated=malloc,
+                gpu_count=int(gcount),
+                gpus_free=gpus_free[k],
+                gpu_used=gused,
+                mig_free=mig_free,
+                replicas=int(reps),
+                sensitivity_sum=sens,
+                io_heavy_replicas=int(io),
+                on_battery=on_bat > 0,
+                battery_percent=None if pct != pct else pct,
+                idle_w=idle,
+                max_w=peak,
+                cpu_dynamic_w_per_core=(spec.max_w - spec.idle_w) / max(cap, 1e-9),
+                gpu_dynamic_w_per_unit=spec.gpu_max_w - spec.gpu_idle_w,
+                power_ref_w=x.power_ref_w,
+            )
+        )
+    return views
+
+
 @functools.lru_cache(maxsize=4096)
 def _mig_free(occupancy: tuple[tuple[int, int], ...]) -> tuple[int, int, int, int, int]:
     return mig_free_from_occupancy(occupancy)
@@ -204,80 +284,7 @@ class LocalPolicyBid(MultiObjective):
 
     def node_views(self, cand: Candidates, x: RewardInputs) -> list[NodeView]:
         """Each candidate node as its agent sees itself (from the scheduler's node table)."""
-        t = self.handle.nodes
-        rows = cand.rows
-        power = self.handle.power
-        gpus_free = t.free_whole_gpus()[rows].tolist()
-        mig_rows = t.mig_gpu[rows]
-        occ = t.mig_occ[rows]
-        comp = t.mig_comp[rows]
-        types = t.node_type[rows].tolist()
-        battery = t.battery_pct[rows].tolist()
-        views = []
-        for k, (
-            ntype,
-            cap,
-            alloc,
-            mcap,
-            malloc,
-            gcount,
-            gused,
-            reps,
-            sens,
-            io,
-            on_bat,
-            idle,
-            peak,
-        ) in enumerate(
-            zip(
-                types,
-                x.cpu_cap.tolist(),
-                x.cpu_alloc.tolist(),
-                x.mem_cap.tolist(),
-                x.mem_alloc.tolist(),
-                x.gpu_count.tolist(),
-                x.gpu_used.tolist(),
-                x.replicas.tolist(),
-                x.sens_sum.tolist(),
-                x.io_count.tolist(),
-                x.on_battery.tolist(),
-                x.idle_w.tolist(),
-                x.max_w.tolist(),
-                strict=True,
-            )
-        ):
-            type_name = NODE_TYPES[ntype]
-            spec = power.spec(type_name)
-            mig_free: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
-            if mig_rows[k].any():
-                mig_free = _mig_free(
-                    tuple((int(o), int(c)) for o, c, m in zip(occ[k], comp[k], mig_rows[k], strict=True) if m)
-                )
-            pct = battery[k]
-            views.append(
-                NodeView(
-                    node_type=type_name,
-                    cpu_capacity=cap,
-                    cpu_allocated=alloc,
-                    memory_capacity=mcap,
-                    memory_allocated=malloc,
-                    gpu_count=int(gcount),
-                    gpus_free=gpus_free[k],
-                    gpu_used=gused,
-                    mig_free=mig_free,
-                    replicas=int(reps),
-                    sensitivity_sum=sens,
-                    io_heavy_replicas=int(io),
-                    on_battery=on_bat > 0,
-                    battery_percent=None if pct != pct else pct,
-                    idle_w=idle,
-                    max_w=peak,
-                    cpu_dynamic_w_per_core=(spec.max_w - spec.idle_w) / max(cap, 1e-9),
-                    gpu_dynamic_w_per_unit=spec.gpu_max_w - spec.gpu_idle_w,
-                    power_ref_w=x.power_ref_w,
-                )
-            )
-        return views
+        return node_views(self.handle, cand, x)
 
     def node_weights(self, x: RewardInputs) -> FloatArray:
         """Each candidate's effective w3 under the profile's battery rule (as the agents apply it)."""

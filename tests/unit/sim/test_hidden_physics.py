@@ -18,14 +18,31 @@ from controlplane.sim.physics_params import (
 from controlplane.sim.presets import PRESETS, SEED_200, ContentionModel
 
 ROOT = Path(__file__).resolve().parents[3]
-SCHEDULER_TREES = [ROOT / "controlplane" / "scheduling", ROOT / "edgeplane_contract"]
+LEARN = ROOT / "controlplane" / "learn"
+SCHEDULER_TREES = [ROOT / "controlplane" / "scheduling", ROOT / "edgeplane_contract", LEARN]
+# The learning environment's world side builds simulator runs, so it imports the simulator: it is
+# held to the copy checks and to test_the_environment_reaches_the_physics_only_through_runs.
+WORLD_SIDE = [LEARN / "gym_env.py"]
+# What the world side may import from the simulator: runs and their outcomes, never the physics.
+WORLD_IMPORTS = {
+    "controlplane.sim.engine",
+    "controlplane.sim.metrics",
+    "controlplane.sim.presets",
+    "controlplane.sim.runner",
+    "controlplane.sim.vmreplay",
+    "controlplane.sim.vmtrace",
+}
+# Attributes that hold the hidden physics or its parts (engine, runner, physics modules).
+PHYSICS_ATTRIBUTES = {"truth", "physics", "sens", "contention", "power_specs", "network", "estimate_error"}
 
 
 def _modules() -> list[Path]:
-    files = [p for tree in SCHEDULER_TREES for p in sorted(tree.rglob("*.py"))]
+    files = [p for tree in SCHEDULER_TREES for p in sorted(tree.rglob("*.py")) if p not in WORLD_SIDE]
     assert len(files) > 20
-    # The agent's local policy (features, heuristic, runtime) is covered like everything else.
+    # The agent's local policy (features, heuristic, runtime) is covered like everything else,
+    # and so is the learning environment's observation and return (issue 23).
     assert ROOT / "edgeplane_contract" / "policy" / "features.py" in files
+    assert LEARN / "observe.py" in files and LEARN / "reward.py" in files
     return files
 
 
@@ -66,7 +83,29 @@ def test_no_scheduling_module_imports_the_simulator(path: Path) -> None:
         assert not any(n == "controlplane.sim" or n.startswith("controlplane.sim.") for n in names), path
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def _imports(tree: ast.AST) -> list[str]:
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+    return names
+
+
+@pytest.mark.parametrize("path", WORLD_SIDE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_environment_reaches_the_physics_only_through_runs(path: Path) -> None:
+    """The world side builds runs from seeds and reads their outcomes; the observation it hands
+    the policy comes from the scheduler (observe.py, scanned above), never from the physics."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    sim = [n for n in _imports(tree) if n == "controlplane.sim" or n.startswith("controlplane.sim.")]
+    assert sim and set(sim) <= WORLD_IMPORTS, sim
+    touched = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    touched |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.keyword) and n.arg}
+    assert not touched & PHYSICS_ATTRIBUTES, touched & PHYSICS_ATTRIBUTES
+
+
+@pytest.mark.parametrize("path", _modules() + WORLD_SIDE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_scheduling_module_copies_the_sensitivity_table(path: Path) -> None:
     tables = _reference_tables()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -117,7 +156,7 @@ def _named_numbers(tree: ast.AST) -> list[tuple[str, float]]:
     return out
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", _modules() + WORLD_SIDE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_scheduling_module_copies_the_reference_knee_or_io_penalty(path: Path) -> None:
     truth = _reference_scalars()
     for name, value in _named_numbers(ast.parse(path.read_text(encoding="utf-8"))):
