@@ -4,15 +4,18 @@ One step = one offer to one node (a contextual bandit: the decision does not cha
 comes next, so there is no horizon and no discounting). A state is drawn with a seed:
 
 * a node from the ``edge-battery`` or ``seed-200`` preset (group chosen by node count), with its
-  power figures from the per-type power model and the preset's fleet reference power;
+  power figures from the per-type power model and the preset's fleet reference power; presets are
+  read only through :func:`controlplane.sim.presets.scenario_view` (nodes and workload classes,
+  what a live scheduler sees; never the simulator's physics);
 * its load: replicas of the preset's workload classes, drawn by residency (arrival rate x runtime
   x replicas, Little's law) and packed (whole GPUs, MIG instances at legal positions) until a
   CPU allocation target ~ U(0, 0.95) (15% of nodes are empty);
 * battery: a node of a battery group is battery-backed with the group's probability, on battery
   half the time, at a uniform 3-100% charge;
 * the offer: a class by arrival rate, shaped like ``controlplane.sim.workload`` makes tasks
-  (runtime estimate with 20% error, SLA = factor x estimate + slack, remote input data); 90% of
-  offers come from classes the node's type can run (what the hub would send), 10% from anything;
+  (a runtime estimate drawn from the class's runtime distribution, SLA = factor x estimate +
+  slack, remote input data); 90% of offers come from classes the node's type can run (what the
+  hub would send), 10% from anything;
 * weights: 25% the reward's defaults (1, 2, 1, 4), else w1 ~ U(0.2, 2), w2 ~ U(0.5, 4),
   w3 ~ U(0, 2), w4 ~ U(1, 8); then w3 adapted by ``energy_weight`` (rule x2 80%, a random
   multiplier/gain 10%, disabled 10%). Several weight draws share one state.
@@ -56,7 +59,7 @@ from edgeplane_contract.policy.weights import DEFAULT_WEIGHTS, Weights, effectiv
 from edgeplane_contract.power import PowerModel
 from edgeplane_contract.resources import NODE_TYPES as MODEL_NODE_TYPES
 
-from controlplane.sim.presets import GB, NodeGroup, Preset, WorkloadClass, get_preset
+from controlplane.sim.presets import GB, NodeGroup, ScenarioView, WorkloadClass, scenario_view
 
 __all__ = [
     "EVAL_SEED_BASE",
@@ -95,7 +98,7 @@ class EnvConfig:
 
 @dataclass(frozen=True, slots=True)
 class _Group:
-    preset: Preset
+    preset: ScenarioView
     group: NodeGroup
     idle_w: float
     max_w: float
@@ -104,7 +107,7 @@ class _Group:
     power_ref_w: float
 
 
-def _groups(preset: Preset, power: PowerModel) -> list[_Group]:
+def _groups(preset: ScenarioView, power: PowerModel) -> list[_Group]:
     types = np.array([MODEL_NODE_TYPES.index(g.node_type) for g in preset.groups])
     gpus = np.array([g.gpus for g in preset.groups])
     dpus = np.array([g.dpus for g in preset.groups])
@@ -240,7 +243,7 @@ def _node(rng: np.random.Generator, cfg: EnvConfig, grp: _Group) -> NodeView:
     )
 
 
-def _offer(rng: np.random.Generator, cfg: EnvConfig, grp: _Group, presets: list[Preset]) -> Offer:
+def _offer(rng: np.random.Generator, cfg: EnvConfig, grp: _Group, presets: list[ScenarioView]) -> Offer:
     if rng.random() < cfg.compatible_offer_probability:
         classes = [c for c in grp.preset.classes if _runs_on(c, grp.group)]
     else:
@@ -248,9 +251,10 @@ def _offer(rng: np.random.Generator, cfg: EnvConfig, grp: _Group, presets: list[
     rates = np.array([c.rate_per_hour for c in classes])
     cls = classes[int(rng.choice(len(classes), p=rates / rates.sum()))]
     cpu, memory, mig = _request(rng, cls)
-    runtime = cls.runtime_median_s * math.exp(cls.runtime_sigma * float(rng.standard_normal()))
-    runtime = min(runtime, cls.runtime_median_s * 8)
-    expected = runtime * math.exp(0.2 * float(rng.standard_normal()))
+    # The runtime estimate, as the offer carries it: the trainer never sees a true runtime, so it
+    # has no estimate error to model (that is the simulator's hidden physics, issue 23).
+    expected = cls.runtime_median_s * math.exp(cls.runtime_sigma * float(rng.standard_normal()))
+    expected = min(expected, cls.runtime_median_s * 8)
     sla = None
     if cls.sla_factor is not None and rng.random() >= cfg.missing_sla_probability:
         sla = cls.sla_factor * expected + cls.sla_slack_s
@@ -277,7 +281,7 @@ class _World:
 
     def __init__(self, cfg: EnvConfig) -> None:
         power = PowerModel()
-        self.presets = [get_preset(name) for name in cfg.presets]
+        self.presets = [scenario_view(name) for name in cfg.presets]
         self.groups = [_groups(p, power) for p in self.presets]
         probs = np.array(cfg.preset_probabilities, dtype=np.float64)
         self.preset_p = probs / probs.sum()

@@ -36,6 +36,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="seed of the hidden physics (interference, estimate error, power curves); "
         "default: the reference physics (seed 0), see docs/scheduling.md",
     )
+    parser.add_argument(
+        "--physics-family",
+        choices=("knee", "convex-membw", "pairwise", "noisy-power"),
+        default=None,
+        help="force the hidden physics' functional form (default: the physics seed draws it; the "
+        "reference seed 0 is knee), see docs/scheduling.md",
+    )
     parser.add_argument("--nodes", type=int, default=None, help="scale the preset to about this many nodes")
     parser.add_argument("--json", dest="json_path", default=None, help="write the results as JSON here")
     parser.add_argument("--plot", default=None, help="write a PNG plot here (needs the 'plot' extra)")
@@ -121,6 +128,10 @@ def _run_trace(args: argparse.Namespace, names: list[str]) -> int:
         )
     if args.physics_seed is not None:  # contention is off in the replay: VM lifetimes never stretch
         return _fail("--physics-seed does not apply to --trace: the replay has no contention physics to draw")
+    if args.physics_family is not None:
+        return _fail(
+            "--physics-family does not apply to --trace: the replay has no contention physics to draw"
+        )
     try:
         trace = load_vm_trace(args.trace_dir, split=args.split, hours=args.hours)
     except TraceFormatError as exc:
@@ -208,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         nodes=args.nodes,
         progress=progress,
         physics_seed=args.physics_seed,
+        physics_family=args.physics_family,
         power_manager=args.power_manager,
         load=args.load,
     )

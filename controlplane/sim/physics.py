@@ -9,6 +9,9 @@ is accounted into the run's :class:`~.record.RunRecord` over the measured window
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
 
 from edgeplane_contract.power import DEFAULT_POWER_SPECS, PowerSpec
 
@@ -16,13 +19,14 @@ from controlplane.scheduling.model import Assignment, GpuDevice, NodeState
 from controlplane.scheduling.nodetable import ZONE_LABEL
 from controlplane.scheduling.scheduler import Scheduler
 from controlplane.sim.network import NodePlace
-from controlplane.sim.presets import GB, ContentionModel, Preset
+from controlplane.sim.presets import GB, ContentionModel, PhysicsFamily, Preset
 from controlplane.sim.record import RunRecord
 from controlplane.sim.workload import TaskSpec
 
 __all__ = [
     "LOAD_BINS",
     "FleetPhysics",
+    "PowerCurve",
     "SimNode",
     "SimReplica",
     "SimTask",
@@ -40,6 +44,17 @@ __all__ = [
 LOAD_BINS = 40
 
 _MIG_COMPUTE = {"1g.5gb": 1, "2g.10gb": 2, "3g.20gb": 3, "4g.20gb": 4, "7g.40gb": 7}
+
+
+@dataclass(frozen=True, slots=True)
+class PowerCurve(PowerSpec):
+    """A true power curve the nameplate does not tell (the ``noisy-power`` family): each node
+    draws its own exponent in ``exponent_range`` (dynamic CPU power ~ utilisation ** exponent),
+    and the dynamic power is off by a relative ``noise`` (normal) at each load change."""
+
+    exponent_range: tuple[float, float] = (1.0, 1.0)
+    noise: float = 0.0
+    seed: int = 0
 
 
 class SimNode:
@@ -66,6 +81,7 @@ class SimNode:
         "idle_since",
         "index",
         "io_count",
+        "kind_cpu",
         "last_t",
         "mem",
         "mem_alloc",
@@ -74,6 +90,9 @@ class SimNode:
         "name",
         "node_type",
         "on_battery",
+        "power_exponent",
+        "power_noise",
+        "power_rng",
         "power_w",
         "replicas",
         "spec",
@@ -106,8 +125,13 @@ class SimNode:
         self.gpu_units = 0.0
         self.dpus_busy = 0
         self.io_count = 0
+        self.kind_cpu: dict[str, float] = {}  # CPU allocated per workload kind
         self.last_t = 0.0
         self.power_w = 0.0
+        # The true power curve's shape beyond the spec (PowerCurve): linear and exact by default.
+        self.power_exponent = 1.0
+        self.power_noise = 0.0
+        self.power_rng: np.random.Generator | None = None
         self.energy_j = 0.0
         self.used_cpu_t = 0.0
         self.used_mem_t = 0.0
@@ -221,7 +245,7 @@ def repower(node: SimNode) -> None:
         node.power_w = spec.sleep_w
     elif node.state == "waking":
         node.power_w = spec.idle_w + node.gpus * spec.gpu_idle_w + node.dpus * spec.dpu_idle_w
-    else:
+    elif node.power_rng is None:
         util = min(node.cpu_alloc / node.cpu, 1.0) if node.cpu else 0.0
         node.power_w = (
             spec.idle_w
@@ -231,6 +255,22 @@ def repower(node: SimNode) -> None:
             + node.dpus * spec.dpu_idle_w
             + (spec.dpu_max_w - spec.dpu_idle_w) * min(node.dpus_busy, node.dpus)
         )
+    else:
+        _repower_curve(node, spec)
+
+
+def _repower_curve(node: SimNode, spec: PowerSpec) -> None:
+    """An awake node's draw on a :class:`PowerCurve`: bent CPU term, noisy dynamic power."""
+    assert node.power_rng is not None
+    util = min(node.cpu_alloc / node.cpu, 1.0) if node.cpu else 0.0
+    dynamic = (
+        (spec.max_w - spec.idle_w) * util**node.power_exponent
+        + (spec.gpu_max_w - spec.gpu_idle_w) * min(node.gpu_units, node.gpus)
+        + (spec.dpu_max_w - spec.dpu_idle_w) * min(node.dpus_busy, node.dpus)
+    )
+    noise = max(0.0, 1.0 + node.power_noise * float(node.power_rng.standard_normal()))
+    static = spec.idle_w + node.gpus * spec.gpu_idle_w + node.dpus * spec.dpu_idle_w
+    node.power_w = static + dynamic * noise
 
 
 def build_fleet(
@@ -259,6 +299,8 @@ def build_fleet(
                 node_type=group.node_type,
             )
             node = SimNode(len(nodes), template, specs[group.node_type], group.prefix)
+            if isinstance(node.spec, PowerCurve):
+                _bend(node, node.spec)
             # Spread battery nodes through the group (every other one for a half).
             if batteries and (k * batteries) // group.count != ((k + 1) * batteries) // group.count:
                 node.has_battery = True
@@ -269,6 +311,14 @@ def build_fleet(
             sched.upsert_node(template)
             places.append(NodePlace(sched.nodes.zones.ids[zone], group.cluster, group.region))
     return nodes, places
+
+
+def _bend(node: SimNode, curve: PowerCurve) -> None:
+    """Give the node its own draw of the curve's exponent and its own noise stream."""
+    rng = np.random.default_rng([curve.seed, 31, node.index])
+    node.power_exponent = float(rng.uniform(*curve.exponent_range))
+    node.power_noise = curve.noise
+    node.power_rng = rng
 
 
 class FleetPhysics:
@@ -282,6 +332,15 @@ class FleetPhysics:
         contention: ContentionModel | None = None,
     ) -> None:
         self.contention_model: ContentionModel = preset.contention if contention is None else contention
+        model = self.contention_model
+        self.family = PhysicsFamily(model.family)
+        self.membw = dict(model.membw)
+        self.pairwise: dict[str, list[tuple[str, float]]] = {}
+        for victim, neighbour, effect in model.pairwise:
+            self.pairwise.setdefault(victim, []).append((neighbour, effect))
+        # Under the knee-form families a replica's rate depends only on c(u) and the I/O count;
+        # under the others on the node's mix, so every load change re-rates the node.
+        self.mix_rated = self.family in (PhysicsFamily.CONVEX_MEMBW, PhysicsFamily.PAIRWISE)
         self.start_hour = preset.start_hour
         self.solar_hours = preset.solar_hours
         self.window = window
@@ -326,17 +385,40 @@ class FleetPhysics:
         return changed
 
     def contention(self, node: SimNode) -> float:
-        """The ground-truth slowdown factor ``c(u)`` at the node's CPU allocation ``u``."""
+        """The ground-truth slowdown factor of the node's load: ``c(u)`` at its CPU allocation
+        ``u`` (knee forms), ``a * b ** p`` at its bandwidth demand ``b`` (``convex-membw``),
+        0 under ``pairwise`` (each replica's slowdown is its own; see :meth:`rate`)."""
         model = self.contention_model
+        if self.family == PhysicsFamily.CONVEX_MEMBW:
+            if not node.cpu:
+                return 0.0
+            demand = sum(cpu * self.membw.get(kind, 1.0) for kind, cpu in node.kind_cpu.items())
+            return model.membw_amplitude * (max(0.0, demand) / node.cpu) ** model.membw_exponent
+        if self.family == PhysicsFamily.PAIRWISE:
+            return 0.0
         u = node.cpu_alloc / node.cpu if node.cpu else 0.0
         return model.amplitude * min(1.0, max(0.0, (u - model.knee) / (1.0 - model.knee)))
 
     def rate(self, rep: SimReplica, node: SimNode, c: float) -> float:
         """The replica's progress rate (nominal seconds per second) at contention ``c``."""
+        if self.family == PhysicsFamily.PAIRWISE:
+            return 1.0 / self._pairwise_slowdown(rep, node)
         slow = 1.0 + rep.sens * c
         if rep.io and node.io_count > 1:
             slow *= 1.0 + self.contention_model.io_penalty * (node.io_count - 1)
         return 1.0 / slow
+
+    def _pairwise_slowdown(self, rep: SimReplica, node: SimNode) -> float:
+        """``1 + sum_B M[kind, B] * (CPU of the replica's neighbours of kind B) / node CPU``."""
+        if not node.cpu:
+            return 1.0
+        kind = rep.task.spec.kind
+        own = rep.assignment.cpu if (rep.task.spec.id, rep.index) in node.replicas else 0.0
+        slow = 1.0
+        for neighbour, effect in self.pairwise.get(kind, ()):
+            cpu = node.kind_cpu.get(neighbour, 0.0) - (own if neighbour == kind else 0.0)
+            slow += effect * max(0.0, cpu) / node.cpu
+        return slow
 
     def change_load(self, node: SimNode, now: float, apply: Callable[[], None]) -> list[SimReplica]:
         """Settle progress at the old rates, change the node's load, then re-rate its replicas.
@@ -359,7 +441,7 @@ class FleetPhysics:
         apply()
         after_c = self.contention(node)
         rerated: list[SimReplica] = []
-        if after_c != before_c or node.io_count != before_io:
+        if self.mix_rated or after_c != before_c or node.io_count != before_io:
             for rep in node.replicas.values():
                 rate = self.rate(rep, node, after_c)
                 if rate != rep.rate:
@@ -378,6 +460,8 @@ def occupy(node: SimNode, rep: SimReplica) -> None:
     node.mem_alloc += assignment.memory
     node.gpu_units += gpu_units(assignment)
     node.dpus_busy += len(assignment.dpus)
+    kind = rep.task.spec.kind
+    node.kind_cpu[kind] = node.kind_cpu.get(kind, 0.0) + assignment.cpu
     if rep.io:
         node.io_count += 1
 
@@ -392,6 +476,8 @@ def vacate(node: SimNode, rep: SimReplica, now: float) -> None:
         0.0, node.gpu_units - len(a.gpus) - sum(_MIG_COMPUTE[s.profile] for s in a.mig) / 7.0
     )
     node.dpus_busy -= len(a.dpus)
+    kind = rep.task.spec.kind
+    node.kind_cpu[kind] = max(0.0, node.kind_cpu.get(kind, 0.0) - a.cpu)
     if rep.io:
         node.io_count -= 1
     if not node.replicas:

@@ -1,5 +1,8 @@
 """The cluster power manager: the same for every scheduler, it suspends idle nodes and wakes them.
 
+It reads the fleet (power states, batteries), never the scheduler's profile: which nodes it
+wakes and suspends first does not depend on which scheduler runs (:meth:`PowerManager.wake_order`).
+
 Every tick it wakes one host-capable sleeping node per waiting replica not covered by nodes
 already waking (what a cluster autoscaler does on pending pods), then keeps each pool's reserves
 of free CPU and whole empty nodes, suspending idle nodes beyond them (see
@@ -11,12 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import numpy as np
-
 from edgeplane_contract.resources import ResourceRequest
 
 from controlplane.scheduling.scheduler import Scheduler
-from controlplane.sim.physics import FleetPhysics, SimNode, repower
+from controlplane.sim.physics import FleetPhysics, SimNode, battery_pct, repower
 from controlplane.sim.presets import PowerManagerConfig
 
 __all__ = ["PowerManager"]
@@ -118,13 +119,15 @@ class PowerManager:
     def wake_order(self, nodes: list[SimNode], *, suspend: bool = False) -> list[SimNode]:
         """Nodes in the order the power manager wakes them (``suspend``: suspends them).
 
-        Under a battery-aware profile a node's agent weights energy higher on battery (more as
-        the charge falls), so it is woken last and suspended first: the reserve of awake, empty
-        nodes is then held by mains-powered nodes, not by a battery draining through the night.
-        Without an adaptive rule (or with no node on battery) the order is the fleet order.
+        The same for every scheduler: the manager is part of the fleet and reads the fleet's
+        state, never the scheduler's profile. Nodes on mains come first in fleet order, then
+        nodes running on battery by charge, fullest first; suspends go the other way round, so
+        the reserve of awake, empty nodes is held by mains-powered nodes, not by a battery
+        draining through the night. With no node on battery the order is the fleet order.
         """
-        if not self.sched.battery_aware or not any(n.on_battery for n in nodes):
+        if not any(n.on_battery for n in nodes):
             return list(nodes)
-        weights = self.sched.energy_weights([n.name for n in nodes])
-        order = np.argsort(-weights if suspend else weights, kind="stable")
-        return [nodes[i] for i in order]
+        # Stable sorts: mains nodes (one key, past any charge) keep the fleet order, as do ties.
+        if suspend:
+            return sorted(nodes, key=lambda n: battery_pct(n) if n.on_battery else 101.0)
+        return sorted(nodes, key=lambda n: -battery_pct(n) if n.on_battery else -101.0)

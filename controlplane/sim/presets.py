@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 
 from controlplane.federation.config import FederationConfig, parse_federation
 
@@ -36,13 +37,16 @@ __all__ = [
     "PRESETS",
     "ContentionModel",
     "NodeGroup",
+    "PhysicsFamily",
     "PowerManagerConfig",
     "Preset",
+    "ScenarioView",
     "WorkloadClass",
     "get_preset",
     "lognormal_mean",
     "scale_load",
     "scale_preset",
+    "scenario_view",
 ]
 
 GB = 10**9
@@ -95,13 +99,27 @@ class WorkloadClass:
     origin_regions: tuple[str, ...] = ()
 
 
+class PhysicsFamily(StrEnum):
+    """The functional form of the hidden physics (docs/scheduling.md, "Hidden physics")."""
+
+    KNEE = "knee"  # slowdown linear in CPU allocation above a knee (the reference)
+    CONVEX_MEMBW = "convex-membw"  # slowdown convex in the node's memory-bandwidth demand
+    PAIRWISE = "pairwise"  # slowdown from a matrix of class-pair effects
+    NOISY_POWER = "noisy-power"  # knee interference; per-node nonlinear, noisy power curves
+
+
 @dataclass(frozen=True, slots=True)
 class ContentionModel:
     """The simulator's ground truth for interference (unknown to the schedulers).
 
-    A replica of contention sensitivity ``s`` on a node at CPU allocation ``u`` runs at rate
-    ``1 / (1 + s * amplitude * max(0, u - knee) / (1 - knee))``; I/O-heavy replicas slow by a
-    further ``io_penalty`` per other I/O-heavy replica on the node.
+    ``knee`` (and ``noisy-power``): a replica of contention sensitivity ``s`` on a node at CPU
+    allocation ``u`` runs at rate ``1 / (1 + s * amplitude * max(0, u - knee) / (1 - knee))``;
+    I/O-heavy replicas slow by a further ``io_penalty`` per other I/O-heavy replica on the node.
+    ``convex-membw``: ``c = membw_amplitude * b ** membw_exponent`` replaces the knee, with ``b``
+    the node's memory-bandwidth demand (each replica's CPU times its kind's ``membw``, over the
+    node's CPU). ``pairwise``: a replica of kind A slows by ``1 + sum_B M[A, B] * cpu_B / cpu``
+    over the CPU its neighbours of kind B hold (``pairwise`` lists ``(A, B, M)``); no knee, no
+    I/O term, no sensitivity.
     """
 
     knee: float = 0.70
@@ -114,6 +132,11 @@ class ContentionModel:
         ("batch", 0.3),
     )
     restart_penalty_s: float = 10.0  # start-up cost of a replica moved by a fragment merge
+    family: PhysicsFamily = PhysicsFamily.KNEE
+    membw_amplitude: float = 0.0
+    membw_exponent: float = 2.0
+    membw: tuple[tuple[str, float], ...] = ()  # per kind: bandwidth demand per CPU
+    pairwise: tuple[tuple[str, str, float], ...] = ()  # (victim kind, neighbour kind, effect)
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,6 +474,23 @@ def get_preset(name: str) -> Preset:
         return PRESETS[name]
     except KeyError:
         raise KeyError(f"unknown preset {name!r} (known: {', '.join(PRESETS)})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioView:
+    """What a live scheduler sees of a scenario: the nodes that register and the work that
+    arrives. Never its contention model, power manager or any other physics (the trainer,
+    ``controlplane.policy``, reads presets only through this; tests/unit/sim/test_hidden_physics.py)."""
+
+    name: str
+    groups: tuple[NodeGroup, ...]
+    classes: tuple[WorkloadClass, ...]
+
+
+def scenario_view(name: str) -> ScenarioView:
+    """The observable side of preset ``name``."""
+    preset = get_preset(name)
+    return ScenarioView(preset.name, preset.groups, preset.classes)
 
 
 def scale_preset(preset: Preset, nodes: int) -> Preset:

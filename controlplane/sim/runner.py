@@ -116,13 +116,15 @@ def build_scenario(
     physics_seed: int | None,
     nodes: int | None = None,
     load: float = 1.0,
+    physics_family: str | None = None,
 ) -> Scenario:
     """The preset scaled to ``nodes`` and ``load``, its physics drawn from ``physics_seed``
-    (None: the reference constants) and its arrivals from ``seed``: what :func:`run_comparison`
-    and the stepping environment (``controlplane.learn``) simulate."""
+    (None: the reference constants; ``physics_family`` forces the form) and its arrivals from
+    ``seed``: what :func:`run_comparison` and the stepping environment (``controlplane.learn``)
+    simulate."""
     scenario = scale_preset(preset, nodes) if nodes else preset
     scenario = scale_load(scenario, load)
-    physics = draw_physics(scenario, physics_seed)
+    physics = draw_physics(scenario, physics_seed, physics_family)
     tasks = generate_tasks(
         scenario, hours, seed, data_nodes=_data_nodes(scenario), estimate_error=physics.estimate_error
     )
@@ -140,14 +142,24 @@ def run_comparison(
     physics_seed: int | None = None,
     power_manager: str | None = None,
     load: float = 1.0,
+    physics_family: str | None = None,
 ) -> dict[str, Any]:
     """Simulate each scheduler on the same tasks; returns the JSON report.
 
     ``physics_seed``: the hidden physics (None: the reference constants, see .physics_params);
+    ``physics_family``: its functional form (None: the seed draws it);
     ``power_manager``: on, off or both (None: as the preset says); ``load``: offered load x F."""
     check_power_manager(power_manager)
     base = get_preset(preset) if isinstance(preset, str) else preset
-    built = build_scenario(base, hours=hours, seed=seed, physics_seed=physics_seed, nodes=nodes, load=load)
+    built = build_scenario(
+        base,
+        hours=hours,
+        seed=seed,
+        physics_seed=physics_seed,
+        nodes=nodes,
+        load=load,
+        physics_family=physics_family,
+    )
     scenario, physics, tasks = built.preset, built.physics, built.tasks
     results: dict[str, Any] = {}
     for run_name, name, run_scenario in power_manager_runs(schedulers, power_manager, scenario):
@@ -170,6 +182,7 @@ def run_comparison(
         "preset": scenario.name,
         "seed": seed,
         "physics_seed": physics.seed,
+        "physics_family": str(physics.family),
         "physics": physics.to_dict(),
         "hours": hours,
         "nodes": scenario.node_count,

@@ -32,7 +32,8 @@ DIGESTS = {
 @pytest.mark.parametrize(("preset", "scheduler"), sorted(DIGESTS))
 def test_run_gives_the_records_it_gave_before_stepping(preset: str, scheduler: str) -> None:
     p = replace(scale_preset(get_preset(preset), 20), warmup_s=300.0, drain_s=1800.0)
-    built = build_scenario(p, hours=0.25, seed=5, physics_seed=7)
+    # Physics seed 7's knee-form draw (the family, issue 23, is forced to what it was then).
+    built = build_scenario(p, hours=0.25, seed=5, physics_seed=7, physics_family="knee")
     record = asdict(built.simulation(hours=0.25, scheduler_name=scheduler, profile=scheduler, seed=5).run())
     for key in TIMING:
         record.pop(key)

@@ -11,6 +11,7 @@ from edgeplane_contract.objective import RewardConfig
 
 from controlplane.sim.physics_params import (
     PHYSICS_RANGES,
+    REFERENCE_ESTIMATE_ERROR,
     REFERENCE_PHYSICS_SEED,
     draw_physics,
     oracle_profile,
@@ -19,10 +20,21 @@ from controlplane.sim.presets import PRESETS, SEED_200, ContentionModel
 
 ROOT = Path(__file__).resolve().parents[3]
 LEARN = ROOT / "controlplane" / "learn"
-SCHEDULER_TREES = [ROOT / "controlplane" / "scheduling", ROOT / "edgeplane_contract", LEARN]
+TRAINER = ROOT / "controlplane" / "policy"
+# Every package the learned policy ships in: the contract (features, runtime, model), the agent
+# that bids with it, the scheduler that scores with it, and the learning environment.
+SCHEDULER_TREES = [
+    ROOT / "controlplane" / "scheduling",
+    ROOT / "edgeplane_contract",
+    ROOT / "edge_agent",
+    LEARN,
+]
 # The learning environment's world side builds simulator runs, so it imports the simulator: it is
 # held to the copy checks and to test_the_environment_reaches_the_physics_only_through_runs.
-WORLD_SIDE = [LEARN / "gym_env.py"]
+# The curriculum and the evaluation pick presets for episodes: world side too (where present).
+WORLD_SIDE = [LEARN / "gym_env.py"] + [
+    p for p in (LEARN / "curriculum.py", LEARN / "evaluate.py") if p.exists()
+]
 # What the world side may import from the simulator: runs and their outcomes, never the physics.
 WORLD_IMPORTS = {
     "controlplane.sim.engine",
@@ -34,6 +46,11 @@ WORLD_IMPORTS = {
 }
 # Attributes that hold the hidden physics or its parts (engine, runner, physics modules).
 PHYSICS_ATTRIBUTES = {"truth", "physics", "sens", "contention", "power_specs", "network", "estimate_error"}
+# The trainer (controlplane/policy) draws nodes and offers from the presets' observable side only:
+# what a live scheduler sees (nodes registering, work arriving), through presets.scenario_view.
+TRAINER_SIM_NAMES = {"GB", "NodeGroup", "WorkloadClass", "ScenarioView", "scenario_view"}
+# ``sens`` there is the reward prior's sum (the agent's feature), not a replica's true sensitivity.
+TRAINER_FORBIDDEN = (PHYSICS_ATTRIBUTES - {"sens"}) | {"power_manager"}
 
 
 def _modules() -> list[Path]:
@@ -43,6 +60,13 @@ def _modules() -> list[Path]:
     # and so is the learning environment's observation and return (issue 23).
     assert ROOT / "edgeplane_contract" / "policy" / "features.py" in files
     assert LEARN / "observe.py" in files and LEARN / "reward.py" in files
+    assert ROOT / "edge_agent" / "policy" / "cli.py" in files and ROOT / "edge_agent" / "bids.py" in files
+    return files
+
+
+def _trainer() -> list[Path]:
+    files = sorted(TRAINER.rglob("*.py"))
+    assert TRAINER / "env.py" in files and TRAINER / "train.py" in files
     return files
 
 
@@ -105,7 +129,7 @@ def test_the_environment_reaches_the_physics_only_through_runs(path: Path) -> No
     assert not touched & PHYSICS_ATTRIBUTES, touched & PHYSICS_ATTRIBUTES
 
 
-@pytest.mark.parametrize("path", _modules() + WORLD_SIDE, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", _modules() + WORLD_SIDE + _trainer(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_scheduling_module_copies_the_sensitivity_table(path: Path) -> None:
     tables = _reference_tables()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -156,13 +180,75 @@ def _named_numbers(tree: ast.AST) -> list[tuple[str, float]]:
     return out
 
 
-@pytest.mark.parametrize("path", _modules() + WORLD_SIDE, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", _modules() + WORLD_SIDE + _trainer(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_scheduling_module_copies_the_reference_knee_or_io_penalty(path: Path) -> None:
     truth = _reference_scalars()
     for name, value in _named_numbers(ast.parse(path.read_text(encoding="utf-8"))):
         for fragment, values in truth.items():
             if fragment in name:
                 assert value not in values, f"{path}: {name} = {value} is the simulator's {fragment}"
+
+
+def _sim_imports(tree: ast.AST) -> list[tuple[str, set[str]]]:
+    """Each import of the simulator: the module and the names taken from it."""
+    out: list[tuple[str, set[str]]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, {"*"}) for a in node.names if a.name.startswith("controlplane.sim")]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            mod = node.module
+            if mod == "controlplane" and any(a.name == "sim" for a in node.names):
+                out.append(("controlplane.sim", {"*"}))
+            elif mod == "controlplane.sim" or mod.startswith("controlplane.sim."):
+                out.append((mod, {a.name for a in node.names}))
+    return out
+
+
+def _estimate_error_copies(tree: ast.AST) -> list[str]:
+    """Where the reference estimate error is the spread of a runtime draw (``exp(0.2 * z)``) or
+    the value of a name about estimates or their error."""
+    hits: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            sides = (node.left, node.right)
+            const = any(isinstance(x, ast.Constant) and x.value == REFERENCE_ESTIMATE_ERROR for x in sides)
+            normal = any(
+                isinstance(c, ast.Attribute) and c.attr in ("standard_normal", "normal", "gauss", "lognormal")
+                for x in sides
+                for c in ast.walk(x)
+            )
+            if const and normal:
+                hits.append(ast.unparse(node))
+    for name, value in _named_numbers(tree):
+        if ("estimate" in name or "error" in name) and value == REFERENCE_ESTIMATE_ERROR:
+            hits.append(f"{name} = {value}")
+    return hits
+
+
+@pytest.mark.parametrize("path", _trainer(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_trainer_sees_only_what_a_live_scheduler_sees(path: Path) -> None:
+    """The trainer reads the presets' observable side (nodes, workload classes) and nothing of the
+    physics: no physics module, no physics attribute, no copy of the reference estimate error."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for module, names in _sim_imports(tree):
+        assert module == "controlplane.sim.presets", (path, module)
+        assert names <= TRAINER_SIM_NAMES, (path, names - TRAINER_SIM_NAMES)
+    touched = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    touched |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.keyword) and n.arg}
+    assert not touched & TRAINER_FORBIDDEN, (path, touched & TRAINER_FORBIDDEN)
+    assert not _estimate_error_copies(tree), (path, _estimate_error_copies(tree))
+
+
+def test_the_trainer_checks_catch_the_trainers_old_physics() -> None:
+    """What controlplane/policy/env.py held before issue 23 is caught by the test above."""
+    old = ast.parse(
+        "from controlplane.sim.presets import GB, NodeGroup, Preset, WorkloadClass, get_preset\n"
+        "expected = runtime * math.exp(0.2 * float(rng.standard_normal()))\n"
+        "ESTIMATE_ERROR = 0.2\n"
+    )
+    ((module, names),) = _sim_imports(old)
+    assert module == "controlplane.sim.presets" and names - TRAINER_SIM_NAMES == {"Preset", "get_preset"}
+    assert len(_estimate_error_copies(old)) == 2
 
 
 def test_the_copy_detectors_catch_the_policys_old_constants() -> None:
