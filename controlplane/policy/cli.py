@@ -2,9 +2,12 @@
 
 * ``train``: draw training and validation states (cached as ``.npz`` in ``--work-dir``), distil
   the reward argmax into the MLP, optionally fine-tune, write ``weights.npz`` and a report;
+  ``train --algo ppo``: MaskablePPO over the stepping simulator, started by behaviour cloning
+  (:mod:`controlplane.learn.ppo`; needs the ``[train]`` extra);
 * ``export``: fp32 ONNX, int8 candidates (static QDQ calibrated on environment states, and
   dynamic), measured on held-out seeds; the best is shipped with ``metadata.json``;
 * ``eval``: the shipped models against the heuristic and baselines on held-out seeds;
+  ``eval --algo ppo --model DIR``: a PPO run against the heuristic on held-out episodes;
 * ``bench``: decision latency on one pinned CPU (:mod:`controlplane.policy.bench`).
 """
 
@@ -27,7 +30,10 @@ DEFAULT_MODEL_DIR = str(Path(__file__).resolve().parents[2] / "edgeplane_contrac
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="policy_command", metavar="ACTION")
     sub.required = True
-    train = sub.add_parser("train", help="distil the reward argmax into the MLP policy")
+    train = sub.add_parser("train", help="distil the reward argmax into the MLP policy (or --algo ppo)")
+    train.add_argument(
+        "--algo", choices=("distil", "ppo"), default="distil", help="distil (default) or ppo (MaskablePPO)"
+    )
     train.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="datasets, weights, reports")
     train.add_argument("--seed", type=int, default=0, help="initialisation and batching seed")
     train.add_argument("--train-seeds", type=int, default=24, help="environment seeds 0..N-1")
@@ -42,6 +48,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     train.add_argument(
         "--dp-epsilon", type=float, default=0.1, help="Laplace epsilon for fine-tuning rewards"
     )
+    _ppo_train_options(train)
     export = sub.add_parser("export", help="write fp32 + int8 ONNX and metadata.json")
     export.add_argument("--work-dir", default=DEFAULT_WORK_DIR, help="where `train` left its weights")
     export.add_argument("--model-dir", default=DEFAULT_MODEL_DIR, help="where the agent's model files go")
@@ -53,9 +60,73 @@ def configure(parser: argparse.ArgumentParser) -> None:
     ev.add_argument("--model-dir", default=DEFAULT_MODEL_DIR, help="the model files to evaluate")
     ev.add_argument("--eval-seeds", type=int, default=3, help="held-out seeds (1000 states each)")
     ev.add_argument("--json", dest="json_path", help="also write the result as JSON here")
+    ev.add_argument(
+        "--algo", choices=("distil", "ppo"), default="distil", help="distil: the shipped model; ppo: --model"
+    )
+    _ppo_eval_options(ev)
     from controlplane.policy import bench
 
     bench.configure(sub)
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+    if not values or not all(v > 0 for v in values):
+        raise argparse.ArgumentTypeError("give at least one positive number")
+    return values
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one integer")
+    return values
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _ppo_train_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("--algo ppo")
+    g.add_argument(
+        "--timesteps", type=int, default=100_000, help="PPO environment steps (decisions); 0: BC only"
+    )
+    g.add_argument("--out", default="build/ppo", help="model.zip, config.json, curve.csv/png go here")
+    g.add_argument("--presets", type=_names, default=("edge-battery", "seed-200"), help="comma-separated")
+    g.add_argument(
+        "--loads", type=_floats, default=(1.0, 1.3, 1.6, 2.0), help="load factors, comma-separated"
+    )
+    g.add_argument("--physics-seeds", type=int, default=64, help="training physics seeds 1..N")
+    g.add_argument("--nodes", type=int, default=12, help="each preset's fleet scaled to this many nodes")
+    g.add_argument("--horizon", type=float, default=900.0, help="measured seconds per training episode")
+    g.add_argument("--n-envs", type=int, default=2, help="rollout environments")
+    g.add_argument(
+        "--vec", choices=("subproc", "dummy"), default="subproc", help="subprocesses or in-process"
+    )
+    g.add_argument("--bc-decisions", type=int, default=20_000, help="heuristic decisions to clone (0: no BC)")
+    g.add_argument("--max-wall", type=float, help="stop PPO once the run has taken this many seconds")
+    g.add_argument(
+        "--ent-decay-steps", type=int, help="steps over which the entropy bonus decays (default --timesteps)"
+    )
+
+
+def _ppo_eval_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("--algo ppo")
+    g.add_argument("--model", help="a `train --algo ppo` output directory")
+    g.add_argument("--presets", type=_names, default=("edge-battery", "seed-200"), help="comma-separated")
+    g.add_argument("--loads", type=_floats, default=(1.3, 2.0), help="load factors, comma-separated")
+    # Defaults (None) are controlplane.learn.evaluate's, resolved at run time: parsing stays light.
+    g.add_argument("--arrival-seeds", type=_ints, help="held-out arrival seeds (default 5151,6262)")
+    g.add_argument("--physics-seeds", type=_ints, help="held-out physics seeds, paired (default 9191,7373)")
+    g.add_argument("--horizon", type=float, default=3600.0, help="measured seconds per episode")
+    g.add_argument("--nodes", type=int, default=12, help="each preset's fleet scaled to this many nodes")
 
 
 def _say(message: str) -> None:
@@ -86,7 +157,100 @@ def _held_out(n_seeds: int, keep_cases: bool = False) -> Any:
     return generate(range(EVAL_SEED_BASE, EVAL_SEED_BASE + n_seeds), 1000, keep_cases=keep_cases)
 
 
+def _train_ppo(args: argparse.Namespace) -> int:
+    from controlplane.learn.curriculum import Curriculum
+    from controlplane.learn.ppo import MissingTrainDeps, PPOConfig, require, train
+
+    try:
+        require()
+        cfg = PPOConfig(
+            seed=args.seed,
+            timesteps=args.timesteps,
+            n_envs=args.n_envs,
+            vec=args.vec,
+            bc_decisions=args.bc_decisions,
+            max_wall_s=args.max_wall,
+            ent_decay_steps=args.ent_decay_steps,
+            curriculum=Curriculum(
+                presets=args.presets,
+                loads=args.loads,
+                physics_seeds=tuple(range(1, args.physics_seeds + 1)),
+                nodes=args.nodes,
+                horizon_s=args.horizon,
+            ),
+        )
+    except (MissingTrainDeps, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    train(cfg, Path(args.out), log=_say)
+    return 0
+
+
+def _eval_ppo(args: argparse.Namespace) -> int:
+    from controlplane.learn.evaluate import (
+        HELD_OUT_ARRIVAL_SEEDS,
+        HELD_OUT_PHYSICS_SEEDS,
+        evaluate,
+        format_table,
+        held_out_cases,
+        heuristic,
+    )
+    from controlplane.learn.ppo import MissingTrainDeps, load_policy
+
+    if not args.model:
+        print("error: --model: give the directory `policy train --algo ppo` wrote", file=sys.stderr)
+        return 2
+    arrivals = args.arrival_seeds or HELD_OUT_ARRIVAL_SEEDS
+    physics = args.physics_seeds or HELD_OUT_PHYSICS_SEEDS
+    try:
+        policy, cfg = load_policy(Path(args.model))
+        cases = held_out_cases(
+            args.presets,
+            args.loads,
+            arrivals,
+            physics,
+            horizon_s=args.horizon,
+            nodes=args.nodes,
+        )
+        _check_held_out(cfg.curriculum, arrivals, physics)
+    except (MissingTrainDeps, ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    policies = {"heuristic": heuristic, "ppo": policy}
+    if (Path(args.model) / "bc.zip").exists():
+        # The cloned start: what PPO itself changed is ppo vs bc, not ppo vs heuristic.
+        policies["bc"] = load_policy(Path(args.model), "bc")[0]
+    result = evaluate(policies, cases, max_nodes=cfg.max_nodes, log=_say)
+    result["model"] = str(args.model)
+    result["training"] = {
+        "arrival_seeds": list(cfg.curriculum.arrival_seeds),
+        "physics_seeds": cfg.curriculum.describe()["physics_seeds"],
+    }
+    print(
+        f"held out: arrival seeds {list(arrivals)}, physics seeds {list(physics)} (training drew "
+        f"arrivals from [{cfg.curriculum.arrival_seeds[0]}, {cfg.curriculum.arrival_seeds[1]}), physics "
+        f"seeds from {', '.join(f'[{a}, {b})' for a, b in result['training']['physics_seeds'])})"
+    )
+    print(format_table(result))
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def _check_held_out(curriculum: Any, arrivals: tuple[int, ...], physics: tuple[int, ...]) -> None:
+    """Evaluation seeds must be ones training never drew."""
+    lo, hi = curriculum.arrival_seeds
+    seen = [s for s in arrivals if lo <= s < hi]
+    if seen:
+        raise ValueError(f"--arrival-seeds: {seen[0]} is in the training range [{lo}, {hi})")
+    seen = [s for s in physics if s in set(curriculum.physics_seeds)]
+    if seen:
+        raise ValueError(f"--physics-seeds: {seen[0]} was a training physics seed")
+
+
 def _train(args: argparse.Namespace) -> int:
+    if args.algo == "ppo":
+        return _train_ppo(args)
     from controlplane.policy.samples import generate
     from controlplane.policy.train import TrainConfig, finetune, train
 
@@ -189,6 +353,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    if args.algo == "ppo":
+        return _eval_ppo(args)
     from controlplane.policy.evaluate import evaluate_policies, format_table
     from controlplane.policy.quantize import run_batch, session
 
