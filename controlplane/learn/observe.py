@@ -24,11 +24,11 @@ import numpy as np
 import numpy.typing as npt
 
 from edgeplane_contract.objective import energy_weight, reward_terms
-from edgeplane_contract.policy.features import FEATURE_NAMES, N_FEATURES, Offer, write_features
+from edgeplane_contract.policy.features import FEATURE_NAMES, N_FEATURES, write_features
 
 from controlplane.scheduling.cycle import Choice
 from controlplane.scheduling.framework import MAX_NODE_SCORE
-from controlplane.scheduling.plugins.local_policy_bid import node_views
+from controlplane.scheduling.plugins.local_policy_bid import node_views, offer_of
 from controlplane.scheduling.plugins.multi_objective import MultiObjective, MultiObjectiveArgs
 from controlplane.scheduling.scheduler import Scheduler
 
@@ -87,17 +87,7 @@ class Observer:
         terms = reward_terms(x, cfg)
         w = cfg.weights
         w3 = np.round(energy_weight(cfg, x.on_battery, x.battery_pct), 6).tolist()
-        res = request.resources
-        offer = Offer.from_request(
-            kind=request.kind,
-            cpu=res.cpu,
-            memory=res.memory,
-            gpu=res.gpu,
-            mig=res.mig,
-            sla_s=request.sla_latency_s,
-            runtime_s=request.expected_runtime_s,
-            priority=request.priority,
-        )
+        offer = offer_of(request)
         top = MAX_NODE_SCORE * max(sum(weight for _, weight, _ in sched.plugins.scorers), 1e-9)
         score = np.where(np.isfinite(choice.ranking), choice.ranking / top, -1.0)
         transfers = x.transfer_s.tolist()

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
+import nats
 
 from edgeplane_contract.credentials import ensure_seed, public_key_of
-from edgeplane_contract.messages import NodeResources, RegisterV1
+from edgeplane_contract.messages import NodeResources, RegisterV1, Subjects, Telemetry, encode
 
 from controlplane.api.auth import AuthSettings
 from controlplane.bus.authority import NatsAuthority
@@ -135,6 +136,27 @@ def register_message(
         resources=NodeResources(cpu=cpu, memory=memory),
         heartbeat_interval_s=heartbeat_s,
     )
+
+
+async def register_fake(nc: Any, subjects: Subjects, name: str, boot: str, telemetry: Telemetry) -> None:
+    """Register a fake node (64 cores, 256 GiB, 0.2 s heartbeats) as an agent would: retried until
+    the hub's subscription is live."""
+    register = RegisterV1(
+        node=name,
+        cluster="default",
+        boot_id=boot,
+        agent_version="test",
+        resources=NodeResources(cpu=64, memory=2**38),
+        heartbeat_interval_s=0.2,
+        telemetry=telemetry,
+    )
+    for _ in range(50):
+        try:
+            await nc.request(subjects.register(name), encode(register), timeout=5)
+            return
+        except nats.errors.NoRespondersError:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"the hub never answered {name}'s registration")
 
 
 def hub_settings(nats_url: str, federation: FederationConfig | None = None, **overrides: Any) -> HubSettings:

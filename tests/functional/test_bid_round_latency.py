@@ -9,14 +9,12 @@ import uuid
 from typing import Any
 
 import nats
-from harness import Api, running_agents, running_hub, wait_for
+from harness import Api, register_fake, running_agents, running_hub, wait_for
 
 from edgeplane_contract.messages import (
     BidRequestV1,
     BidV1,
     HeartbeatV1,
-    NodeResources,
-    RegisterV1,
     Subjects,
     Telemetry,
     decode,
@@ -26,26 +24,6 @@ from edgeplane_contract.messages import (
 # Long enough that a round which waits for it cannot pass for one that did not.
 DEADLINE_MS = 2000.0
 POLICY = Telemetry(cpu_percent=1, memory_used_bytes=1, memory_total_bytes=2**34, policy="onnx-int8")
-
-
-async def register_fake(nc: nats.NATS, subjects: Subjects, name: str, boot: str) -> None:
-    """Register a fake node with a local policy, as an agent would (retried until the hub listens)."""
-    register = RegisterV1(
-        node=name,
-        cluster="default",
-        boot_id=boot,
-        agent_version="test",
-        resources=NodeResources(cpu=64, memory=2**38),
-        heartbeat_interval_s=0.2,
-        telemetry=POLICY,
-    )
-    for _ in range(50):
-        try:
-            await nc.request(subjects.register(name), encode(register), timeout=5)
-            return
-        except nats.errors.NoRespondersError:
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"the hub never answered {name}'s registration")
 
 
 async def heartbeats(nc: nats.NATS, subjects: Subjects, name: str, boot: str) -> None:
@@ -109,7 +87,7 @@ async def test_a_node_that_never_answers_bids_stalls_one_placement_not_every_one
     boot = uuid.uuid4().hex
     try:
         async with running_hub(nats_server.url, sqlite_url, bid_deadline_ms=DEADLINE_MS) as (_, api):
-            await register_fake(nc, subjects, "mute", boot)
+            await register_fake(nc, subjects, "mute", boot, POLICY)
             beating = asyncio.create_task(heartbeats(nc, subjects, "mute", boot))
             try:
                 async with running_agents(nats_server.url, tmp_path, ["quick"]):

@@ -7,38 +7,16 @@ import time
 import uuid
 
 import nats
-from harness import running_agents, running_hub, wait_for
+from harness import register_fake, running_agents, running_hub, wait_for
 
 from edgeplane_contract.messages import (
     BidRequestV1,
     HeartbeatV1,
-    NodeResources,
-    RegisterV1,
     Subjects,
     Telemetry,
     decode,
     encode,
 )
-
-
-async def register_fake(nc, subjects: Subjects, name: str, boot: str, telemetry: Telemetry) -> None:
-    """Register a fake node as an agent would: retried until the hub's subscription is live."""
-    register = RegisterV1(
-        node=name,
-        cluster="default",
-        boot_id=boot,
-        agent_version="test",
-        resources=NodeResources(cpu=64, memory=2**38),
-        heartbeat_interval_s=0.2,
-        telemetry=telemetry,
-    )
-    for _ in range(50):
-        try:
-            await nc.request(subjects.register(name), encode(register), timeout=5)
-            return
-        except nats.errors.NoRespondersError:
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"the hub never answered {name}'s registration")
 
 
 async def test_local_policies_bid_and_the_decision_is_explained(nats_server, sqlite_url, tmp_path):

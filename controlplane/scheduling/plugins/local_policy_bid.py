@@ -79,6 +79,7 @@ __all__ = [
     "load_policy",
     "new",
     "node_views",
+    "offer_of",
     "validate",
 ]
 
@@ -165,6 +166,22 @@ def _check(args: LocalPolicyBidArgs) -> None:
         raise ValueError(f"{NAME}.model: must be a path string")
     if args.bid_score not in BID_SCORES:
         raise ValueError(f"{NAME}.bid_score: must be one of {', '.join(BID_SCORES)}")
+
+
+def offer_of(request: WorkloadRequest) -> Offer:
+    """The offer a node's local policy scores for ``request``, as the agent builds it from a bid
+    request (``edge_agent.bids.Bids.on_bid``)."""
+    res = request.resources
+    return Offer.from_request(
+        kind=request.kind,
+        cpu=res.cpu,
+        memory=res.memory,
+        gpu=res.gpu,
+        mig=res.mig,
+        sla_s=request.sla_latency_s,
+        runtime_s=request.expected_runtime_s,
+        priority=request.priority,
+    )
 
 
 def node_views(handle: Handle, cand: Candidates, x: RewardInputs) -> list[NodeView]:
@@ -269,18 +286,7 @@ class LocalPolicyBid(MultiObjective):
         self.stats = {"decisions": 0, "candidates": 0, "declines": 0, "fallbacks": 0}
 
     def _offer(self, request: WorkloadRequest) -> Offer:
-        # As the agent builds it from a bid request (edge_agent.bids.Bids.on_bid).
-        res = request.resources
-        return Offer.from_request(
-            kind=request.kind,
-            cpu=res.cpu,
-            memory=res.memory,
-            gpu=res.gpu,
-            mig=res.mig,
-            sla_s=request.sla_latency_s,
-            runtime_s=request.expected_runtime_s,
-            priority=request.priority,
-        )
+        return offer_of(request)
 
     def node_views(self, cand: Candidates, x: RewardInputs) -> list[NodeView]:
         """Each candidate node as its agent sees itself (from the scheduler's node table)."""
