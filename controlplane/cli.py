@@ -28,7 +28,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "show a workload (with its placement explanation) or a node",
     ),
     "apply": ("controlplane.commands.apply", "create workloads and register functions from YAML/JSON files"),
-    "delete": ("controlplane.commands.delete", "delete a workload or a function"),
+    "delete": ("controlplane.commands.delete", "delete a workload, a function or a node"),
     "invoke": ("controlplane.commands.invoke", "invoke a function and print its result"),
     "logs": ("controlplane.commands.logs", "print (or follow) a workload replica's output"),
     "top": ("controlplane.commands.top", "nodes' allocated CPU, memory and GPUs, power and battery"),
