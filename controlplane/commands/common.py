@@ -116,6 +116,12 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         "or a profile YAML file",
     )
     parser.add_argument(
+        "--placement-model",
+        metavar="FILE",
+        help="an exported PPO placement policy (ONNX, `controlplane policy export --algo ppo`) that "
+        "picks each replica's node among the scheduler's candidates (default: the profile's pick)",
+    )
+    parser.add_argument(
         "--bid-deadline-ms",
         type=float,
         default=50.0,
@@ -274,6 +280,13 @@ def check_function_policy(args: argparse.Namespace) -> None:
         args.profile = load_profile(args.scheduler)
     except Exception as exc:
         raise ConfigError("<command line>", "--scheduler", str(exc)) from None
+    if args.placement_model:
+        from controlplane.learn.chooser import PlacementModelError, load_session
+
+        try:
+            load_session(Path(args.placement_model))
+        except PlacementModelError as exc:
+            raise ConfigError("<command line>", "--placement-model", str(exc)) from None
     if not 0 <= args.bid_deadline_ms <= 10_000:
         raise ConfigError("<command line>", "--bid-deadline-ms", "must be between 0 and 10000")
     if not 0 < args.nats_connect_timeout <= 3600:
@@ -301,6 +314,7 @@ def hub_settings(
         nats_connect_within_s=args.nats_connect_timeout,
         function_policy=args.keepalive_policy,
         scheduler=args.profile,
+        placement_model=Path(args.placement_model) if args.placement_model else None,
         bid_deadline_ms=args.bid_deadline_ms,
         nats_seed=nats.seed if nats else None,
         nats_tls=nats.tls if nats else None,

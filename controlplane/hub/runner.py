@@ -57,11 +57,22 @@ def build_hub(settings: HubSettings, store: Store) -> Hub:
     )
     serverless = ServerlessSettings(policy=settings.function_policy)
     metrics = HubMetrics()  # this hub's own registry (several hubs may share a process)
+    placer = make_placer(settings.scheduler, settings.federation, metrics.scheduler)
+    if settings.placement_model is not None:
+        from controlplane.learn.chooser import LearnedChooser
+
+        # The live hub never defers: a replica the model would hold back is placed on its best
+        # candidate (a deferred one would wait for the next round with nothing learned).
+        chooser = LearnedChooser(
+            settings.placement_model, allow_defer=False, on_decision=metrics.placement_model_decisions.inc
+        )
+        chooser.attach(placer.scheduler)  # type: ignore[attr-defined]
+        log.info("placement model %s picks among the scheduler's candidates", settings.placement_model)
     return Hub(
         settings,
         store,
         bus=bus,
-        placer=make_placer(settings.scheduler, settings.federation, metrics.scheduler),
+        placer=placer,
         functions=lambda host: FunctionService(host, serverless, on_outcome=metrics.functions.observe),
         metrics=metrics,
     )

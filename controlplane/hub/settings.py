@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from edgeplane_contract.credentials import NatsTls
 
@@ -28,6 +29,9 @@ class HubSettings:
     # policy (fresh, it learns from this hub's arrivals) and the placement profile.
     function_policy: Policy = field(default_factory=lambda: make_policy("edgeplane"))
     scheduler: Profile = field(default_factory=lambda: load_profile("edgeplane"))
+    # An exported PPO placement policy that picks among the profile's candidates (None: the
+    # profile picks); loaded by ``runner.build_hub``, never deferring (``learn.chooser``).
+    placement_model: Path | None = None
     bid_deadline_ms: float = 50.0  # how long the bid round waits for local policies; 0: no bids
     hub_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     nats_seed: str | None = field(default=None, repr=False)  # the hub's nkey seed; None: anonymous

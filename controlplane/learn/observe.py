@@ -32,7 +32,7 @@ from controlplane.scheduling.plugins.local_policy_bid import node_views, offer_o
 from controlplane.scheduling.plugins.multi_objective import MultiObjective, MultiObjectiveArgs
 from controlplane.scheduling.scheduler import Scheduler
 
-__all__ = ["BOUND", "GLOBAL_COLUMNS", "NODE_COLUMNS", "Observer"]
+__all__ = ["BOUND", "GLOBAL_COLUMNS", "NODE_COLUMNS", "Observer", "candidate_rows"]
 
 NODE_COLUMNS: tuple[str, ...] = (
     *FEATURE_NAMES,
@@ -77,41 +77,56 @@ class Observer:
     def observe(self, sched: Scheduler, choice: Choice) -> tuple[FloatObs, BoolMask]:
         """The observation and action mask of ``choice`` (a cycle's scored candidates)."""
         obs, mask = self.empty()
+        rows, fleet = candidate_rows(sched, choice)
         nodes = obs[: self.max_nodes * self.width].reshape(self.max_nodes, self.width)
-        cand, request = choice.cand, choice.request
-        cfg = sched.plugins.reward_config
-        # MultiObjective computes the reward inputs as the edgeplane profile scores them.
-        scorer = MultiObjective(MultiObjectiveArgs(), sched)
-        scorer.config = cfg
-        x = scorer.inputs(choice.state, request, cand)
-        terms = reward_terms(x, cfg)
-        w = cfg.weights
-        w3 = np.round(energy_weight(cfg, x.on_battery, x.battery_pct), 6).tolist()
-        offer = offer_of(request)
-        top = MAX_NODE_SCORE * max(sum(weight for _, weight, _ in sched.plugins.scorers), 1e-9)
-        score = np.where(np.isfinite(choice.ranking), choice.ranking / top, -1.0)
-        transfers = x.transfer_s.tolist()
-        for k, (row, view) in enumerate(zip(cand.rows.tolist(), node_views(sched, cand, x), strict=True)):
-            offer.transfer_s = transfers[k]
-            write_features(view, offer, (w.util, w.qos, w3[k], w.penalty), nodes[row, :N_FEATURES])
-            nodes[row, N_FEATURES:] = (
-                terms.util[k],
-                terms.qos[k],
-                terms.energy[k],
-                terms.penalty[k],
-                score[k],
-                1.0,
-            )
-            mask[row] = True
-        table = sched.nodes
-        n = max(len(table), 1)
-        obs[self.max_nodes * self.width :] = (
+        slots = choice.cand.rows
+        nodes[slots] = rows
+        mask[slots] = True
+        obs[self.max_nodes * self.width :] = fleet
+        np.clip(obs, -BOUND, BOUND, out=obs)
+        return obs, mask
+
+
+def candidate_rows(sched: Scheduler, choice: Choice) -> tuple[FloatObs, FloatObs]:
+    """One row of :data:`NODE_COLUMNS` per candidate of ``choice`` (in ``choice.cand`` order) and
+    the :data:`GLOBAL_COLUMNS` values, unclipped: what :class:`Observer` puts in the candidates'
+    slots, and what a learned chooser scores with no slot limit (any fleet size)."""
+    cand, request = choice.cand, choice.request
+    cfg = sched.plugins.reward_config
+    # MultiObjective computes the reward inputs as the edgeplane profile scores them.
+    scorer = MultiObjective(MultiObjectiveArgs(), sched)
+    scorer.config = cfg
+    x = scorer.inputs(choice.state, request, cand)
+    terms = reward_terms(x, cfg)
+    w = cfg.weights
+    w3 = np.round(energy_weight(cfg, x.on_battery, x.battery_pct), 6).tolist()
+    offer = offer_of(request)
+    top = MAX_NODE_SCORE * max(sum(weight for _, weight, _ in sched.plugins.scorers), 1e-9)
+    score = np.where(np.isfinite(choice.ranking), choice.ranking / top, -1.0)
+    transfers = x.transfer_s.tolist()
+    rows = np.zeros((len(cand), len(NODE_COLUMNS)), dtype=np.float32)
+    for k, view in enumerate(node_views(sched, cand, x)):
+        offer.transfer_s = transfers[k]
+        write_features(view, offer, (w.util, w.qos, w3[k], w.penalty), rows[k, :N_FEATURES])
+        rows[k, N_FEATURES:] = (
+            terms.util[k],
+            terms.qos[k],
+            terms.energy[k],
+            terms.penalty[k],
+            score[k],
+            1.0,
+        )
+    table = sched.nodes
+    n = max(len(table), 1)
+    fleet = np.array(
+        (
             math.log1p(len(sched.queue)) / 8.0,
             math.log1p(request.replicas) / 4.0,
             choice.replica / max(request.replicas, 1),
             1.0 if request.gang else 0.0,
             len(cand) / n,
             float(np.count_nonzero(table.ready[: len(table)])) / n,
-        )
-        np.clip(obs, -BOUND, BOUND, out=obs)
-        return obs, mask
+        ),
+        dtype=np.float32,
+    )
+    return rows, fleet

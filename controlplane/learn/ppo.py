@@ -29,7 +29,16 @@ import numpy as np
 from controlplane.learn.curriculum import Curriculum, CurriculumEnv
 from controlplane.learn.observe import BoolMask, FloatObs
 
-__all__ = ["INSTALL_HINT", "MissingTrainDeps", "PPOConfig", "load_policy", "plot_curve", "require", "train"]
+__all__ = [
+    "INSTALL_HINT",
+    "MissingTrainDeps",
+    "PPOConfig",
+    "export_weights",
+    "load_policy",
+    "plot_curve",
+    "require",
+    "train",
+]
 
 INSTALL_HINT = "pip install -e '.[train]'"
 
@@ -361,3 +370,33 @@ def load_policy(
         return int(action)
 
     return act, cfg
+
+
+def export_weights(model_dir: Path, name: str = "model") -> Any:
+    """The actor of a trained ``{name}.zip`` as :class:`~.slot_model.SlotWeights` (NumPy arrays,
+    weights as [in, out]), for :func:`~.slot_model.save_model`."""
+    require()
+    _single_thread()
+    from sb3_contrib import MaskablePPO
+    from torch import nn
+
+    from controlplane.learn.slot_model import SlotWeights
+
+    model = MaskablePPO.load(model_dir / f"{name}.zip", device="cpu")
+    extractor = model.policy.mlp_extractor
+
+    def layers(seq: Any) -> tuple[Any, ...]:
+        return tuple(
+            (
+                m.weight.detach().cpu().numpy().T.astype(np.float32).copy(),
+                m.bias.detach().cpu().numpy().astype(np.float32).copy(),
+            )
+            for m in seq
+            if isinstance(m, nn.Linear)
+        )
+
+    return SlotWeights(
+        node=layers(extractor.actor_node),
+        embed=layers(extractor.actor_embed),
+        defer=layers(extractor.actor_defer),
+    )

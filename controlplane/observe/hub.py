@@ -97,6 +97,11 @@ class HubMetrics:
         self.scheduler = SchedulerMetrics(self.registry)
         self.functions = FunctionMetrics(self.registry)
         self.bids = BidMetrics(self.registry)
+        self.placement_model_decisions = Counter(
+            "edgeplane_placement_model_decisions",
+            "Replicas whose node the placement model (--placement-model) picked",
+            registry=self.registry,
+        )
         self.lease_expiries = Counter(
             "edgeplane_lease_expiries",
             "Nodes that went NotReady because their lease ran out (missed heartbeats)",

@@ -25,6 +25,7 @@ __all__ = ["configure", "run"]
 
 DEFAULT_WORK_DIR = "build/policy"
 DEFAULT_MODEL_DIR = str(Path(__file__).resolve().parents[2] / "edgeplane_contract" / "policy" / "model")
+DEFAULT_PLACEMENT_DIR = str(Path(__file__).resolve().parents[1] / "learn" / "model")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +56,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     export.add_argument("--eval-seeds", type=int, default=3, help="held-out seeds (1000 states each)")
     export.add_argument(
         "--calibration-states", type=int, default=1000, help="states that calibrate the int8 quantiser"
+    )
+    export.add_argument(
+        "--algo",
+        choices=("distil", "ppo"),
+        default="distil",
+        help="distil: the agent's local policy; ppo: the hub's placement policy from --model",
+    )
+    g = export.add_argument_group("--algo ppo")
+    g.add_argument("--model", help="a `train --algo ppo` output directory")
+    g.add_argument(
+        "--out", default=DEFAULT_PLACEMENT_DIR, help="placement.{fp32,int8}.onnx and placement.json"
+    )
+    g.add_argument(
+        "--check-horizon", type=float, default=900.0, help="measured seconds per held-out check episode"
     )
     ev = sub.add_parser("eval", help="compare the shipped policy with the heuristic and baselines")
     ev.add_argument("--model-dir", default=DEFAULT_MODEL_DIR, help="the model files to evaluate")
@@ -120,6 +135,9 @@ def _ppo_train_options(p: argparse.ArgumentParser) -> None:
 def _ppo_eval_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("--algo ppo")
     g.add_argument("--model", help="a `train --algo ppo` output directory")
+    g.add_argument(
+        "--placement-model", help="also evaluate this exported ONNX model (`export --algo ppo`) as onnx"
+    )
     g.add_argument("--presets", type=_names, default=("edge-battery", "seed-200"), help="comma-separated")
     g.add_argument("--loads", type=_floats, default=(1.3, 2.0), help="load factors, comma-separated")
     # Defaults (None) are controlplane.learn.evaluate's, resolved at run time: parsing stays light.
@@ -220,6 +238,14 @@ def _eval_ppo(args: argparse.Namespace) -> int:
     if (Path(args.model) / "bc.zip").exists():
         # The cloned start: what PPO itself changed is ppo vs bc, not ppo vs heuristic.
         policies["bc"] = load_policy(Path(args.model), "bc")[0]
+    if args.placement_model:
+        from controlplane.learn.chooser import PlacementModelError, SlotObservationPolicy
+
+        try:
+            policies["onnx"] = SlotObservationPolicy(Path(args.placement_model))
+        except PlacementModelError as exc:
+            print(f"error: --placement-model: {exc}", file=sys.stderr)
+            return 2
     result = evaluate(policies, cases, max_nodes=cfg.max_nodes, log=_say)
     result["model"] = str(args.model)
     result["training"] = {
@@ -286,7 +312,39 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_ppo(args: argparse.Namespace) -> int:
+    from controlplane.learn.evaluate import held_out_cases
+    from controlplane.learn.export import export
+    from controlplane.learn.ppo import MissingTrainDeps
+
+    if not args.model:
+        print("error: --model: give the directory `policy train --algo ppo` wrote", file=sys.stderr)
+        return 2
+    try:
+        # The checks run on the fleets and presets it was trained for, at held-out seeds.
+        curriculum = json.loads((Path(args.model) / "config.json").read_text(encoding="utf-8"))
+        curriculum = curriculum["config"]["curriculum"]
+        cases = held_out_cases(
+            tuple(curriculum["presets"]), (1.3, 2.0), horizon_s=args.check_horizon, nodes=curriculum["nodes"]
+        )
+        meta = export(Path(args.model), Path(args.out), cases, log=_say)
+    except (MissingTrainDeps, ValueError, FileNotFoundError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    checks = meta["checks"]
+    print(
+        f"placement policy -> {args.out}: fp32 = trained on {checks['fp32_vs_trained']['identical']}/"
+        f"{checks['fp32_vs_trained']['decisions']} decisions; int8 = fp32 on "
+        f"{checks['int8_vs_fp32']['identical']}/{checks['int8_vs_fp32']['decisions']} "
+        f"({100 * checks['int8_vs_fp32']['share']:.2f}%; with near-ties "
+        f"{100 * checks['int8_vs_fp32']['near_share']:.2f}%)"
+    )
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
+    if args.algo == "ppo":
+        return _export_ppo(args)
     from controlplane.policy.evaluate import evaluate_policies
     from controlplane.policy.export import OPSET, export_onnx, node_names
     from controlplane.policy.quantize import (

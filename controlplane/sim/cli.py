@@ -9,8 +9,11 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["configure", "run"]
+__all__ = ["LEARNED_RUN", "configure", "run"]
+
+LEARNED_RUN = "edgeplane-ppo"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +55,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=FILE",
         help="register a profile YAML file as scheduler NAME (repeatable)",
+    )
+    parser.add_argument(
+        "--placement-model",
+        default=None,
+        metavar="FILE",
+        help="an exported PPO placement policy (ONNX, `policy export --algo ppo`): adds the run "
+        f"{LEARNED_RUN!r}, the edgeplane profile with the model choosing each replica's node",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument(
@@ -182,10 +192,23 @@ def run(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             return _fail(str(exc))
         register_scheduler(name, path)
+    choosers: dict[str, Callable[[Any], Any]] = {}
+    if args.placement_model is not None:
+        from controlplane.learn.chooser import LearnedChooser, PlacementModelError, load_session
+
+        model = Path(args.placement_model)
+        try:
+            load_session(model)  # refused now, with its reason, not after the first runs
+        except PlacementModelError as exc:
+            return _fail(f"--placement-model: {exc}")
+        register_scheduler(LEARNED_RUN, "edgeplane")
+        choosers[LEARNED_RUN] = lambda sched: LearnedChooser(model).attach(sched)
     if args.schedulers is None:
         names = default_schedulers(args.preset)
     else:
         names = [n.strip() for n in args.schedulers.split(",") if n.strip()]
+    if choosers and LEARNED_RUN not in names:
+        names.append(LEARNED_RUN)
     if not names:
         return _fail("--schedulers is empty")
     unknown = [n for n in names if n not in SCHEDULERS]
@@ -202,6 +225,8 @@ def run(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             return _fail(f"scheduler {name!r}: {exc}")
     if args.trace is not None:
+        if choosers:
+            return _fail("--placement-model does not apply to --trace yet: use a --preset")
         return _run_trace(args, names)
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         return _fail("--plot needs matplotlib, which is an optional extra: pip install 'edgeplane[plot]'")
@@ -222,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
         physics_family=args.physics_family,
         power_manager=args.power_manager,
         load=args.load,
+        choosers=choosers,
     )
     print(format_table(report))
     if "battery_comparison" in report:

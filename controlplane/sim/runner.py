@@ -143,8 +143,13 @@ def run_comparison(
     power_manager: str | None = None,
     load: float = 1.0,
     physics_family: str | None = None,
+    choosers: Mapping[str, Callable[[Any], Any]] | None = None,
 ) -> dict[str, Any]:
     """Simulate each scheduler on the same tasks; returns the JSON report.
+
+    ``choosers``: scheduler name -> a function given that run's scheduler that becomes its
+    chooser (e.g. a learned placement policy, :mod:`controlplane.learn.chooser`) and returns it;
+    its ``describe()``, where it has one, is the run's ``chooser`` entry.
 
     ``physics_seed``: the hidden physics (None: the reference constants, see .physics_params);
     ``physics_family``: its functional form (None: the seed draws it);
@@ -174,7 +179,10 @@ def run_comparison(
             progress=progress,
             physics=physics,
         )
+        chooser = choosers[name](sim.sched) if choosers and name in choosers else None
         results[run_name] = summarise(sim.run())
+        if chooser is not None and hasattr(chooser, "describe"):
+            results[run_name]["chooser"] = chooser.describe()
     report: dict[str, Any] = {
         "runs": results,
         # The key before ``runs``; the same objects, kept so older readers still work.

@@ -134,3 +134,33 @@ def test_bc_agreement_counts_ties_as_the_teachers_choice(runs: tuple[Path, Path,
     demos = bc.collect(cfg.curriculum, decisions=200, seed=99, max_nodes=cfg.max_nodes)
     got = bc.agreement(model.policy, demos)
     assert 0.0 <= got["exact"] <= got["tied"] <= 1.0
+
+
+def test_export_writes_the_trained_network_and_an_int8_model_that_chooses_as_it_does(
+    runs: tuple[Path, Path, dict, dict], tmp_path: Path
+) -> None:
+    """`policy export --algo ppo`: the fp32 graph decides as the sb3 policy on every decision of
+    a held-out episode, int8 stays within the bar, and the metadata says what was measured."""
+    a = runs[0]
+    out = tmp_path / "placement"
+    argv = [
+        "policy",
+        "export",
+        "--algo",
+        "ppo",
+        "--model",
+        str(a),
+        "--out",
+        str(out),
+        "--check-horizon",
+        "300",
+    ]
+    assert main(argv) == 0
+    meta = json.loads((out / "placement.json").read_text())
+    checks = meta["checks"]
+    assert checks["fp32_vs_trained"]["decisions"] > 100
+    assert checks["fp32_vs_trained"]["share"] >= 0.999
+    assert checks["int8_vs_fp32"]["near_share"] >= 0.99
+    assert set(meta["files"]) == {"placement.fp32.onnx", "placement.int8.onnx"}
+    assert meta["training"]["config"]["seed"] == 3
+    assert main(["policy", "export", "--algo", "ppo", "--out", str(out)]) == 2  # no --model
