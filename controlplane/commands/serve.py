@@ -29,7 +29,9 @@ from controlplane.commands.data_dir import private_data_dir
 
 if TYPE_CHECKING:
     from controlplane.api.auth import AuthSettings
+    from controlplane.coordination.hub_lease import HubLease
     from controlplane.extender.settings import ExtenderSettings
+    from controlplane.federation.config import FederationConfig
     from controlplane.store.secrets import EnvCipher
 
 __all__ = ["configure", "run"]
@@ -77,10 +79,30 @@ async def _serve(
     extender: ExtenderSettings | None,
     cipher: EnvCipher,
 ) -> int:
+    from controlplane.coordination.hub_lease import acquire_hub_lease
     from controlplane.federation.config import FederationConfig
-    from controlplane.hub.runner import start_hub, wait_for_signal
 
     assert isinstance(federation, FederationConfig)
+    # One active hub per store: refused at once on SQLite, a standby on PostgreSQL.
+    lease = await acquire_hub_lease(database_url(args))
+    try:
+        return await _serve_with_lease(args, federation, auth, ssl_context, nats, extender, cipher, lease)
+    finally:
+        await lease.release()
+
+
+async def _serve_with_lease(
+    args: argparse.Namespace,
+    federation: FederationConfig,
+    auth: AuthSettings,
+    ssl_context: ssl.SSLContext | None,
+    nats: NatsSetup,
+    extender: ExtenderSettings | None,
+    cipher: EnvCipher,
+    lease: HubLease,
+) -> int:
+    from controlplane.hub.runner import start_hub, stop_on_signal
+
     nats_server = start_embedded_nats(nats)
     nats_url = nats.url
     try:
@@ -106,11 +128,14 @@ async def _serve(
         )
         if running.extender is not None:
             print(f"  Kubernetes scheduler extender {running.extender.url} (filter, prioritize)", flush=True)
+        stop = asyncio.Event()
+        stop_on_signal(stop)
+        lease.stop_when_lost(stop)
         try:
-            await wait_for_signal(asyncio.Event())
+            await stop.wait()
         finally:
             await running.stop()
     finally:
         if nats_server is not None:
             nats_server.stop()
-    return 0
+    return 1 if lease.lost.is_set() else 0

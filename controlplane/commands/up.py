@@ -42,7 +42,9 @@ from controlplane.commands.data_dir import private_data_dir, sandboxes_dir
 
 if TYPE_CHECKING:
     from controlplane.api.auth import AuthSettings
+    from controlplane.coordination.hub_lease import HubLease
     from controlplane.extender.settings import ExtenderSettings
+    from controlplane.federation.config import FederationConfig
     from controlplane.store.identities import IdentityStore
     from controlplane.store.secrets import EnvCipher
 
@@ -242,11 +244,31 @@ async def _up(
     extender: ExtenderSettings | None,
     cipher: EnvCipher,
 ) -> int:
-    from controlplane.commands.supervise import LocalAgent, supervise
+    from controlplane.coordination.hub_lease import acquire_hub_lease
     from controlplane.federation.config import FederationConfig
-    from controlplane.hub.runner import start_hub, stop_on_signal
 
     assert isinstance(federation, FederationConfig)
+    # One active hub per store: a second `up` on the same data dir is refused in one line.
+    lease = await acquire_hub_lease(database_url(args))
+    try:
+        return await _up_with_lease(args, federation, auth, ssl_context, nats, extender, cipher, lease)
+    finally:
+        await lease.release()
+
+
+async def _up_with_lease(
+    args: argparse.Namespace,
+    federation: FederationConfig,
+    auth: AuthSettings,
+    ssl_context: ssl.SSLContext | None,
+    nats: NatsSetup,
+    extender: ExtenderSettings | None,
+    cipher: EnvCipher,
+    lease: HubLease,
+) -> int:
+    from controlplane.commands.supervise import LocalAgent, supervise
+    from controlplane.hub.runner import start_hub, stop_on_signal
+
     data_dir = Path(args.data_dir)
     nats_server = start_embedded_nats(nats)
     nats_url = nats.url
@@ -301,6 +323,7 @@ async def _up(
             print(f"  Kubernetes scheduler extender {running.extender.url} (filter, prioritize)", flush=True)
         stop = asyncio.Event()
         stop_on_signal(stop)
+        lease.stop_when_lost(stop)
         # Crashed agents are restarted with backoff; one that cannot start stops everything.
         status = await supervise(agents, stop)
         print("stopping...", flush=True)

@@ -1,0 +1,1 @@
+"""Coordination between hub processes: the store's hub lease (:mod:`.hub_lease`)."""

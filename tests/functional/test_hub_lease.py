@@ -1,0 +1,186 @@
+"""One active hub per store, on real processes (issue 24, first slice).
+
+Two hubs on one store both reconcile, place and dispatch: work runs twice. On SQLite the second
+``serve`` (or ``up``) is refused at once in one line naming the holder; on PostgreSQL the second
+waits as a standby, binds nothing, and becomes the active hub within seconds of the first one's
+``kill -9``, serving what the first one stored.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from harness import wait_for
+
+from controlplane.natsd import free_port
+
+
+def _serve(
+    tmp_path: Path, name: str, nats_url: str, port: int, *extra: str
+) -> tuple[subprocess.Popen[str], Path]:
+    log = tmp_path / f"{name}.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "controlplane.cli", "serve", "--nats", nats_url, "--port", str(port),
+         "--log-level", "WARNING", *extra],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    return process, log
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+async def _get(session: aiohttp.ClientSession, url: str, token: str | None = None) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=5)) as response:
+            return response.status, await response.json()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return 0, repr(exc)
+
+
+async def test_a_second_hub_on_one_sqlite_store_is_refused_in_one_line(nats_server, tmp_path):
+    data = str(tmp_path / "hub")
+    first_port, second_port = free_port(), free_port()
+    first, _ = _serve(tmp_path, "first", nats_server.url, first_port, "--data-dir", data)
+    try:
+        async with aiohttp.ClientSession() as session:
+            await wait_for(
+                lambda: _get(session, f"http://127.0.0.1:{first_port}/readyz"),
+                lambda r: r[0] == 200,
+                timeout=60,
+                every=0.2,
+            )
+            started = time.monotonic()
+            second = subprocess.run(
+                [sys.executable, "-m", "controlplane.cli", "serve", "--nats", nats_server.url, "--port",
+                 str(second_port), "--data-dir", data, "--log-level", "WARNING"],
+                capture_output=True, text=True, timeout=60, cwd=tmp_path,
+            )  # fmt: skip
+            assert time.monotonic() - started < 20
+            lines = second.stderr.strip().splitlines()
+            assert second.returncode == 1 and len(lines) == 1, second.stderr
+            assert f"another hub (pid {first.pid}," in lines[0], lines
+            assert "one hub per SQLite store" in lines[0] and "PostgreSQL" in lines[0], lines
+            assert second.stdout == ""
+            # The first hub was not disturbed, and the second never listened.
+            assert (await _get(session, f"http://127.0.0.1:{first_port}/readyz"))[0] == 200
+            assert (await _get(session, f"http://127.0.0.1:{second_port}/livez"))[0] == 0
+        # Once the first is gone, a hub starts on the same store (the kernel dropped the lock).
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        again, _ = _serve(tmp_path, "again", nats_server.url, second_port, "--data-dir", data)
+        try:
+            async with aiohttp.ClientSession() as session:
+                ready = await wait_for(
+                    lambda: _get(session, f"http://127.0.0.1:{second_port}/readyz"),
+                    lambda r: r[0] == 200,
+                    timeout=60,
+                    every=0.2,
+                )
+                assert ready[0] == 200
+        finally:
+            _stop(again)
+    finally:
+        _stop(first)
+
+
+async def test_a_standby_on_postgresql_takes_over_when_the_active_hub_is_killed(
+    nats_server, postgres_url, tmp_path
+):
+    url = postgres_url.replace("postgresql+asyncpg://", "postgresql://")
+    a_port, b_port = free_port(), free_port()
+    a, _ = _serve(
+        tmp_path, "a", nats_server.url, a_port, "--data-dir", str(tmp_path / "a"), "--database-url", url
+    )
+    b = None
+    try:
+        async with aiohttp.ClientSession() as session:
+            await wait_for(
+                lambda: _get(session, f"http://127.0.0.1:{a_port}/readyz"), lambda r: r[0] == 200, timeout=60
+            )
+            token = (tmp_path / "a" / "admin.token").read_text().strip()
+            async with session.post(
+                f"http://127.0.0.1:{a_port}/v1/workloads",
+                json={"name": "kept", "command": ["true"]},
+                headers={"Authorization": f"Bearer {token}"},
+            ) as response:
+                assert response.status == 201, await response.text()
+                workload = (await response.json())["id"]
+
+            b, b_log = _serve(
+                tmp_path,
+                "b",
+                nats_server.url,
+                b_port,
+                "--data-dir",
+                str(tmp_path / "b"),
+                "--database-url",
+                url,
+            )
+
+            async def standby_log() -> str:
+                return b_log.read_text()
+
+            await wait_for(standby_log, lambda text: "standby" in text, timeout=30)
+            time.sleep(2.0)  # a standby binds nothing, however long it waits
+            assert (await _get(session, f"http://127.0.0.1:{b_port}/livez"))[0] == 0
+            assert b.poll() is None
+
+            os.kill(a.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            a.wait(timeout=10)
+            await wait_for(
+                lambda: _get(session, f"http://127.0.0.1:{b_port}/readyz"), lambda r: r[0] == 200, timeout=30
+            )
+            took = time.monotonic() - killed
+            assert took < 15, took
+            status, body = await _get(session, f"http://127.0.0.1:{b_port}/v1/workloads/{workload}", token)
+            assert status == 200 and body["name"] == "kept", body
+            print(f"\nstandby active {took:.1f} s after the active hub's kill -9")
+    finally:
+        _stop(a)
+        if b is not None:
+            _stop(b)
+
+
+@pytest.mark.parametrize("command", ["up"])
+def test_a_second_up_in_the_same_directory_is_refused(tmp_path, command):
+    first = subprocess.Popen(
+        [sys.executable, "-m", "controlplane.cli", command, "--agents", "0", "--port", str(free_port()),
+         "--log-level", "WARNING"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        assert first.stdout is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = first.stdout.readline()
+            if "edgeplane is up" in line or not line:
+                break
+        assert "edgeplane is up" in line, line
+        second = subprocess.run(
+            [sys.executable, "-m", "controlplane.cli", command, "--agents", "0", "--port", str(free_port()),
+             "--log-level", "WARNING"],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )  # fmt: skip
+        lines = second.stderr.strip().splitlines()
+        assert second.returncode == 1 and len(lines) == 1, second.stderr
+        assert lines[0].startswith("controlplane up: another hub (pid "), lines
+    finally:
+        _stop(first)
