@@ -129,6 +129,13 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--lease-missed", type=int, default=3, help="heartbeats a node may miss (default 3)")
     parser.add_argument(
+        "--hub-lease-s",
+        type=float,
+        default=15.0,
+        help="PostgreSQL: how long the active hub's lease session may be silent before a standby "
+        "ends it and takes over (default 15; docs/operations.md)",
+    )
+    parser.add_argument(
         "--nats-connect-timeout",
         type=float,
         default=10.0,
@@ -291,6 +298,8 @@ def check_function_policy(args: argparse.Namespace) -> None:
         raise ConfigError("<command line>", "--bid-deadline-ms", "must be between 0 and 10000")
     if not 0 < args.nats_connect_timeout <= 3600:
         raise ConfigError("<command line>", "--nats-connect-timeout", "must be in (0, 3600] seconds")
+    if not 5 <= args.hub_lease_s <= 600:
+        raise ConfigError("<command line>", "--hub-lease-s", "must be between 5 and 600 seconds")
     if args.lease_missed < 1:
         raise ConfigError("<command line>", "--lease-missed", "must be at least 1")
 

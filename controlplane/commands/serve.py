@@ -84,7 +84,7 @@ async def _serve(
 
     assert isinstance(federation, FederationConfig)
     # One active hub per store: refused at once on SQLite, a standby on PostgreSQL.
-    lease = await acquire_hub_lease(database_url(args))
+    lease = await acquire_hub_lease(database_url(args), stale_s=args.hub_lease_s)
     try:
         return await _serve_with_lease(args, federation, auth, ssl_context, nats, extender, cipher, lease)
     finally:
@@ -118,6 +118,7 @@ async def _serve_with_lease(
             extender=extender,
             env_cipher=cipher,
         )
+        running.hub.fence = lease.confirm
         if nats.authority is not None:  # nodes enrolled before this start
             await nats.authority.apply(running.hub.identities.node_credentials)
         token_file, token_created = await ensure_admin_token(running.hub.store, Path(args.data_dir))

@@ -249,7 +249,7 @@ async def _up(
 
     assert isinstance(federation, FederationConfig)
     # One active hub per store: a second `up` on the same data dir is refused in one line.
-    lease = await acquire_hub_lease(database_url(args))
+    lease = await acquire_hub_lease(database_url(args), stale_s=args.hub_lease_s)
     try:
         return await _up_with_lease(args, federation, auth, ssl_context, nats, extender, cipher, lease)
     finally:
@@ -288,6 +288,7 @@ async def _up_with_lease(
             extender=extender,
             env_cipher=cipher,
         )
+        running.hub.fence = lease.confirm
         if nats.authority is not None:  # nodes enrolled at an earlier start connect again
             await nats.authority.apply(running.hub.identities.node_credentials)
         token_file, token_created = await ensure_admin_token(running.hub.store, data_dir)

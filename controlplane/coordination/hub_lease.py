@@ -9,14 +9,17 @@ Two hubs on one store would both reconcile, place and dispatch: work would run t
 * **PostgreSQL**: a session advisory lock (``pg_try_advisory_lock``) on a connection of its
   own. A second hub waits as a **standby** (nothing bound, nothing sent) and starts within
   ``poll_s`` of the holder's connection closing: a killed hub's socket closes at once, so the
-  standby takes over in about a second. The holder checks its connection every ``check_s``;
-  if it is gone, the lock is gone with it, and :attr:`lost` is set so that the hub stops before
-  a standby starts beside it.
+  standby takes over in about a second. The holder runs a query on that connection every
+  ``check_s`` (its renewal); a standby that sees the holder's session silent for longer than
+  ``stale_s`` (a frozen or cut-off hub) ends that session (``pg_terminate_backend``) and takes
+  the lock. The hub calls :meth:`HubLease.confirm` before each reconcile round: a round runs
+  only if the lease connection answered within the last second, so a hub that wakes from a
+  freeze finds its session ended and acts on nothing; :attr:`lost` is then set and the command
+  stops the hub.
 
-Not yet (issue 24): a stopped (``SIGSTOP``) or partitioned holder keeps its session and so its
-lock; a time-bound lease with a generation checked in every write (fencing) is the next step.
-Several hubs serving the API at once is also not this: the standby serves nothing until it
-holds the lease.
+Not covered: a hub frozen *inside* a round finishes that round when it wakes (a generation
+checked in every write would close that, issue 24). Several hubs serving the API at once is
+not this either: a standby serves nothing until it holds the lease.
 """
 
 from __future__ import annotations
@@ -39,32 +42,77 @@ log = logging.getLogger("edgeplane.hub")
 # pg advisory lock key of the hub lease ("edgeplan" as a 64-bit integer, so it cannot collide
 # with another application's small integer keys).
 LEASE_KEY = int.from_bytes(b"edgeplan", "big") & 0x7FFF_FFFF_FFFF_FFFF
+CONFIRMED_FOR_S = 1.0
+"""How long an answer of the lease connection lets the hub act without asking again."""
+
+# The holder of the lease and how long its session has been silent (pg_locks shows a bigint
+# advisory key as classid = high 32 bits, objid = low 32 bits, objsubid = 1).
+_HOLDER = """
+SELECT a.pid, EXTRACT(EPOCH FROM (clock_timestamp() - GREATEST(a.query_start, a.state_change)))
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1 AND l.objid = $2 AND l.objsubid = 1
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
 
 
 class HubLease:
     """A held lease; :meth:`release` (or the process's end) gives it up."""
 
-    def __init__(self, kind: str, *, lock_file: Any = None, connection: Any = None, check_s: float = 2.0):
+    def __init__(
+        self,
+        kind: str,
+        *,
+        lock_file: Any = None,
+        connection: Any = None,
+        check_s: float = 2.0,
+        stale_s: float = 15.0,
+    ) -> None:
         self.kind = kind
         self._file = lock_file
         self._conn = connection
         self.lost = asyncio.Event()
+        self._lock = asyncio.Lock()  # one query at a time on the lease connection
+        self._ok_at = time.monotonic()
+        # An answer slower than the lease itself counts as none: a standby may have taken over.
+        # (Not shorter: after a short freeze, a timer that expired during it must not stop a hub
+        # whose lease no one took.)
+        self._answer_within_s = stale_s
         self._watch: asyncio.Task[None] | None = None
+        self._relay: asyncio.Task[None] | None = None
         if connection is not None:
             self._watch = asyncio.get_running_loop().create_task(self._check(check_s))
 
-    async def _check(self, every_s: float) -> None:
-        """The lock lives as long as its connection: once the connection fails, say so."""
-        while True:
-            await asyncio.sleep(every_s)
+    async def _renew(self) -> bool:
+        """One query on the lease connection (the holder's sign of life a standby reads); False,
+        and :attr:`lost` set, once it fails: the lock went with the session."""
+        async with self._lock:
+            if self.lost.is_set():
+                return False
             try:
-                await asyncio.wait_for(self._conn.fetchval("SELECT 1"), timeout=max(every_s, 1.0))
+                await asyncio.wait_for(self._conn.fetchval("SELECT 1"), timeout=self._answer_within_s)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.critical("the hub lease's database connection failed (%s): this hub stops", exc)
+                log.critical("the hub lease's database session is gone (%s): this hub stops", exc)
                 self.lost.set()
+                return False
+            self._ok_at = time.monotonic()
+            return True
+
+    async def _check(self, every_s: float) -> None:
+        while True:  # until the session fails (or the lease is released)
+            if not await self._renew():
                 return
+            await asyncio.sleep(every_s)
+
+    async def confirm(self) -> bool:
+        """Whether this hub may act now: the lease connection answered within the last second
+        (after a freeze the monotonic clock has moved on, so this asks the database again)."""
+        if self.lost.is_set():
+            return False
+        if self._conn is None or time.monotonic() - self._ok_at < CONFIRMED_FOR_S:
+            return True
+        return await self._renew()
 
     def stop_when_lost(self, stop: asyncio.Event) -> None:
         """Set ``stop`` if the lease is lost (the command's shutdown path then runs as on a signal)."""
@@ -76,9 +124,8 @@ class HubLease:
         self._relay = asyncio.get_running_loop().create_task(relay())
 
     async def release(self) -> None:
-        relay = getattr(self, "_relay", None)
-        if relay is not None:
-            relay.cancel()
+        if self._relay is not None:
+            self._relay.cancel()
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -122,7 +169,21 @@ def _sqlite_lease(path: Path) -> HubLease:
     return HubLease("sqlite", lock_file=handle)
 
 
-async def _postgres_lease(dsn: str, where: str, *, poll_s: float, check_s: float) -> HubLease:
+async def _preempt_stale_holder(conn: Any, stale_s: float) -> None:
+    """End the holder's session if it has been silent longer than ``stale_s`` (frozen, cut off)."""
+    row = await conn.fetchrow(_HOLDER, (LEASE_KEY >> 32) & 0xFFFF_FFFF, LEASE_KEY & 0xFFFF_FFFF)
+    if row is None or row[1] is None or float(row[1]) <= stale_s:
+        return
+    log.warning(
+        "the active hub's lease session (backend %s) has been silent for %.1f s (over %.1f s): ending it",
+        row[0],
+        float(row[1]),
+        stale_s,
+    )
+    await conn.fetchval("SELECT pg_terminate_backend($1)", row[0])
+
+
+async def _postgres_lease(dsn: str, where: str, *, poll_s: float, check_s: float, stale_s: float) -> HubLease:
     import asyncpg
 
     said = False
@@ -130,7 +191,8 @@ async def _postgres_lease(dsn: str, where: str, *, poll_s: float, check_s: float
         try:
             conn = await asyncio.wait_for(asyncpg.connect(dsn), timeout=10)
         except Exception as exc:
-            raise StartupError(f"cannot open the store at {where} for the hub lease: {exc}") from None
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StartupError(f"cannot open the store at {where}: {reason}") from None
         try:
             held = await asyncio.wait_for(
                 conn.fetchval("SELECT pg_try_advisory_lock($1)", LEASE_KEY), timeout=10
@@ -142,7 +204,13 @@ async def _postgres_lease(dsn: str, where: str, *, poll_s: float, check_s: float
         if held:
             if said:
                 log.warning("hub lease acquired on %s: this standby becomes the active hub", where)
-            return HubLease("postgresql", connection=conn, check_s=check_s)
+            return HubLease("postgresql", connection=conn, check_s=check_s, stale_s=stale_s)
+        try:
+            await asyncio.wait_for(_preempt_stale_holder(conn, stale_s), timeout=10)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # no right to read or end the holder's session: wait for it
+            log.warning("cannot check the active hub's lease session: %s", exc)
         await conn.close()
         if not said:
             log.warning(
@@ -153,19 +221,30 @@ async def _postgres_lease(dsn: str, where: str, *, poll_s: float, check_s: float
         await asyncio.sleep(poll_s)
 
 
-async def acquire_hub_lease(database_url: str, *, poll_s: float = 1.0, check_s: float = 2.0) -> HubLease:
+async def acquire_hub_lease(
+    database_url: str, *, stale_s: float = 15.0, poll_s: float = 1.0, check_s: float = 2.0
+) -> HubLease:
     """The store's hub lease: at once on SQLite (or :class:`StartupError` naming the holder),
-    after standing by as long as another hub holds it on PostgreSQL."""
+    after standing by as long as another hub holds it on PostgreSQL (and its session was heard
+    from within ``stale_s``; Kubernetes' leader election uses a 15 s lease too)."""
+    if not check_s * 2 < stale_s:
+        raise ValueError(f"a lease of {stale_s} s needs renewals more often than every {stale_s / 2} s")
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
     from edgeplane_contract.urls import mask_url
 
-    url = make_url(database_url)
-    backend = url.get_backend_name()
+    try:
+        url = make_url(database_url)
+        backend = url.get_backend_name()
+    except ArgumentError as exc:
+        raise StartupError(f"cannot open the store at {mask_url(database_url)}: {exc}") from None
     if backend == "sqlite":
         path = _sqlite_path(url)
         return _sqlite_lease(path) if path is not None else HubLease("none")
     if backend == "postgresql":
         dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
-        return await _postgres_lease(dsn, mask_url(database_url), poll_s=poll_s, check_s=check_s)
+        return await _postgres_lease(
+            dsn, mask_url(database_url), poll_s=poll_s, check_s=check_s, stale_s=stale_s
+        )
     return HubLease("none")

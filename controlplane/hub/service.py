@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -106,6 +106,9 @@ class Hub:
         builds the function service, which takes this hub as its ``FunctionHost``; ``metrics``
         is the registry the placer and the function service already report to."""
         self.settings = settings
+        # The store's hub lease, asked before every reconcile round (coordination.hub_lease):
+        # a hub that lost it acts on nothing. None: no lease (tests, embedded use).
+        self.fence: Callable[[], Awaitable[bool]] | None = None
         self.metrics = metrics or HubMetrics()
         self.store = store
         self.federation = settings.federation
@@ -634,6 +637,8 @@ class Hub:
     # --- the reconcile loop ---------------------------------------------------------------
 
     async def reconcile_once(self) -> None:
+        if self.fence is not None and not await self.fence():
+            return  # another hub holds the store now: the command stops this one
         async with self._lock:
             await self._expire_leases()
             await self.placing.place_pending()

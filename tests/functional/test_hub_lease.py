@@ -184,3 +184,64 @@ def test_a_second_up_in_the_same_directory_is_refused(tmp_path, command):
         assert lines[0].startswith("controlplane up: another hub (pid "), lines
     finally:
         _stop(first)
+
+
+async def test_a_frozen_active_hub_is_replaced_and_stops_when_it_wakes(nats_server, postgres_url, tmp_path):
+    """SIGSTOP of the active hub: its lease session goes silent, the standby ends it after the
+    lease (5 s here) and becomes active; the old hub, woken, finds its session gone, reconciles
+    nothing and exits 1."""
+    url = postgres_url.replace("postgresql+asyncpg://", "postgresql://")
+    a_port, b_port = free_port(), free_port()
+    lease = ("--hub-lease-s", "5")
+    a, a_log = _serve(
+        tmp_path,
+        "a",
+        nats_server.url,
+        a_port,
+        "--data-dir",
+        str(tmp_path / "a"),
+        "--database-url",
+        url,
+        *lease,
+    )
+    b = None
+    try:
+        async with aiohttp.ClientSession() as session:
+            await wait_for(
+                lambda: _get(session, f"http://127.0.0.1:{a_port}/readyz"), lambda r: r[0] == 200, timeout=60
+            )
+            b_dir = str(tmp_path / "b")
+            b, b_log = _serve(
+                tmp_path, "b", nats_server.url, b_port, "--data-dir", b_dir, "--database-url", url, *lease
+            )
+
+            async def b_said() -> str:
+                return b_log.read_text()
+
+            await wait_for(b_said, lambda text: "standby" in text, timeout=30)
+            # A freeze shorter than the lease changes nothing: a keeps it, b keeps waiting.
+            os.kill(a.pid, signal.SIGSTOP)
+            time.sleep(1.5)
+            os.kill(a.pid, signal.SIGCONT)
+            time.sleep(2.5)
+            assert a.poll() is None and (await _get(session, f"http://127.0.0.1:{a_port}/readyz"))[0] == 200
+            assert "silent for" not in b_log.read_text() and "this hub stops" not in a_log.read_text()
+            os.kill(a.pid, signal.SIGSTOP)
+            frozen = time.monotonic()
+            await wait_for(
+                lambda: _get(session, f"http://127.0.0.1:{b_port}/readyz"), lambda r: r[0] == 200, timeout=30
+            )
+            took = time.monotonic() - frozen
+            assert 5 <= took < 15, took
+            assert "silent for" in b_log.read_text()
+            os.kill(a.pid, signal.SIGCONT)
+            assert a.wait(timeout=20) == 1
+            assert "this hub stops" in a_log.read_text()
+            assert (await _get(session, f"http://127.0.0.1:{b_port}/readyz"))[0] == 200
+            print(f"\nstandby active {took:.1f} s after the active hub froze (lease 5 s)")
+    finally:
+        if a.poll() is None:
+            os.kill(a.pid, signal.SIGCONT)
+        _stop(a)
+        if b is not None:
+            _stop(b)
