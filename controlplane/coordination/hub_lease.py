@@ -14,8 +14,9 @@ Two hubs on one store would both reconcile, place and dispatch: work would run t
   ``stale_s`` (a frozen or cut-off hub) ends that session (``pg_terminate_backend``) and takes
   the lock. The hub calls :meth:`HubLease.confirm` before each reconcile round: a round runs
   only if the lease connection answered within the last second, so a hub that wakes from a
-  freeze finds its session ended and acts on nothing; :attr:`lost` is then set and the command
-  stops the hub.
+  freeze finds its session ended and acts on nothing. A failed session (a database outage,
+  a standby's takeover) is opened again and the lock asked for again: back, the hub acts
+  again; held by another hub, :attr:`lost` is set and the command stops the hub.
 
 Not covered: a hub frozen *inside* a round finishes that round when it wakes (a generation
 checked in every write would close that, issue 24). Several hubs serving the API at once is
@@ -43,6 +44,7 @@ log = logging.getLogger("edgeplane.hub")
 # with another application's small integer keys).
 LEASE_KEY = int.from_bytes(b"edgeplan", "big") & 0x7FFF_FFFF_FFFF_FFFF
 CONFIRMED_FOR_S = 1.0
+REACQUIRE_S = 0.5
 """How long an answer of the lease connection lets the hub act without asking again."""
 
 # The holder of the lease and how long its session has been silent (pg_locks shows a bigint
@@ -64,12 +66,16 @@ class HubLease:
         *,
         lock_file: Any = None,
         connection: Any = None,
+        dsn: str | None = None,
         check_s: float = 2.0,
         stale_s: float = 15.0,
     ) -> None:
+        """``connection`` and ``dsn``: the PostgreSQL session holding the lock, and where to
+        open another one if it fails."""
         self.kind = kind
         self._file = lock_file
         self._conn = connection
+        self._dsn = dsn
         self.lost = asyncio.Event()
         self._lock = asyncio.Lock()  # one query at a time on the lease connection
         self._ok_at = time.monotonic()
@@ -83,34 +89,79 @@ class HubLease:
             self._watch = asyncio.get_running_loop().create_task(self._check(check_s))
 
     async def _renew(self) -> bool:
-        """One query on the lease connection (the holder's sign of life a standby reads); False,
-        and :attr:`lost` set, once it fails: the lock went with the session."""
+        """One query on the lease connection (the holder's sign of life a standby reads). False
+        once it fails: the lock went with the session, and until :meth:`_reacquire` gets it back
+        this hub acts on nothing."""
         async with self._lock:
-            if self.lost.is_set():
+            if self.lost.is_set() or self._conn is None:
                 return False
             try:
                 await asyncio.wait_for(self._conn.fetchval("SELECT 1"), timeout=self._answer_within_s)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.critical("the hub lease's database session is gone (%s): this hub stops", exc)
-                self.lost.set()
+                log.warning(
+                    "the hub lease's database session failed (%s): this hub acts on nothing until it "
+                    "holds the lease again",
+                    exc,
+                )
+                conn, self._conn = self._conn, None
+                with contextlib.suppress(Exception):
+                    conn.terminate()
                 return False
             self._ok_at = time.monotonic()
             return True
 
+    async def _reacquire(self) -> None:
+        """A new session and the lock again, or :attr:`lost` if another hub holds it now (a
+        database still away: tried again next time)."""
+        import asyncpg
+
+        assert self._dsn is not None
+        try:
+            conn = await asyncio.wait_for(asyncpg.connect(self._dsn), timeout=self._answer_within_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            return
+        try:
+            held = await asyncio.wait_for(
+                conn.fetchval("SELECT pg_try_advisory_lock($1)", LEASE_KEY), timeout=self._answer_within_s
+            )
+        except asyncio.CancelledError:
+            conn.terminate()
+            raise
+        except Exception:
+            conn.terminate()
+            return
+        if not held:
+            conn.terminate()
+            log.critical("another hub holds the store's lease now: this hub stops")
+            self.lost.set()
+            return
+        async with self._lock:
+            self._conn = conn
+            self._ok_at = time.monotonic()
+        log.warning("the hub lease is held again: this hub acts again")
+
     async def _check(self, every_s: float) -> None:
-        while True:  # until the session fails (or the lease is released)
-            if not await self._renew():
-                return
-            await asyncio.sleep(every_s)
+        while not self.lost.is_set():  # until another hub has the lease (or it is released)
+            if self._conn is not None:
+                await self._renew()
+            else:
+                await self._reacquire()
+            # Without a session, asked again sooner than a standby polls: back from a database
+            # outage, the hub that held the lease is the likelier to get it again.
+            await asyncio.sleep(every_s if self._conn is not None else REACQUIRE_S)
 
     async def confirm(self) -> bool:
         """Whether this hub may act now: the lease connection answered within the last second
         (after a freeze the monotonic clock has moved on, so this asks the database again)."""
         if self.lost.is_set():
             return False
-        if self._conn is None or time.monotonic() - self._ok_at < CONFIRMED_FOR_S:
+        if self._dsn is None:  # SQLite: the lock lives as long as this process
+            return True
+        if self._conn is not None and time.monotonic() - self._ok_at < CONFIRMED_FOR_S:
             return True
         return await self._renew()
 
@@ -204,7 +255,7 @@ async def _postgres_lease(dsn: str, where: str, *, poll_s: float, check_s: float
         if held:
             if said:
                 log.warning("hub lease acquired on %s: this standby becomes the active hub", where)
-            return HubLease("postgresql", connection=conn, check_s=check_s, stale_s=stale_s)
+            return HubLease("postgresql", connection=conn, dsn=dsn, check_s=check_s, stale_s=stale_s)
         try:
             await asyncio.wait_for(_preempt_stale_holder(conn, stale_s), timeout=10)
         except asyncio.CancelledError:
