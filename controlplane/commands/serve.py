@@ -79,16 +79,13 @@ async def _serve(
     extender: ExtenderSettings | None,
     cipher: EnvCipher,
 ) -> int:
-    from controlplane.coordination.hub_lease import acquire_hub_lease
+    from controlplane.coordination.hub_lease import held_hub_lease
     from controlplane.federation.config import FederationConfig
 
     assert isinstance(federation, FederationConfig)
     # One active hub per store: refused at once on SQLite, a standby on PostgreSQL.
-    lease = await acquire_hub_lease(database_url(args), stale_s=args.hub_lease_s)
-    try:
+    async with held_hub_lease(database_url(args), stale_s=args.hub_lease_s) as lease:
         return await _serve_with_lease(args, federation, auth, ssl_context, nats, extender, cipher, lease)
-    finally:
-        await lease.release()
 
 
 async def _serve_with_lease(

@@ -31,12 +31,13 @@ import fcntl
 import logging
 import os
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from controlplane.errors import StartupError
 
-__all__ = ["LEASE_KEY", "HubLease", "acquire_hub_lease"]
+__all__ = ["LEASE_KEY", "HubLease", "acquire_hub_lease", "held_hub_lease"]
 
 log = logging.getLogger("edgeplane.hub")
 
@@ -299,3 +300,13 @@ async def acquire_hub_lease(
             dsn, mask_url(database_url), poll_s=poll_s, check_s=check_s, stale_s=stale_s
         )
     return HubLease("none")
+
+
+@contextlib.asynccontextmanager
+async def held_hub_lease(database_url: str, *, stale_s: float = 15.0) -> AsyncIterator[HubLease]:
+    """:func:`acquire_hub_lease`, released on the way out (what ``serve`` and ``up`` run in)."""
+    lease = await acquire_hub_lease(database_url, stale_s=stale_s)
+    try:
+        yield lease
+    finally:
+        await lease.release()

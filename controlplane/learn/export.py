@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -76,7 +78,9 @@ def export(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Write the two models and ``placement.json`` into ``out_dir``; returns the metadata. Raises
-    ``ValueError`` if the fp32 graph disagrees with the trained policy or int8 misses the bar."""
+    ``ValueError`` if the fp32 graph disagrees with the trained policy or int8 misses the bar;
+    then ``out_dir`` is left as it was (a shipped model is never replaced by one that failed)
+    and what was made stays in ``out_dir/.rejected`` to look at."""
     from controlplane.learn.evaluate import evaluate
     from controlplane.learn.gym_env import EdgeplaneSchedEnv
     from controlplane.learn.ppo import export_weights, load_policy
@@ -88,14 +92,16 @@ def export(
         "source": str(model_dir),
         "model_sha256": _sha256(model_dir / "model.zip"),
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
+    stage = out_dir / ".staging"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
     fp32 = save_model(
         export_weights(model_dir),
-        out_dir / FP32_NAME,
+        stage / FP32_NAME,
         {"precision": "fp32", "training": json.dumps(training, sort_keys=True)},
     )
-    int8 = quantize(fp32, out_dir / INT8_NAME)
-    log(f"wrote {fp32} ({fp32.stat().st_size} B) and {int8} ({int8.stat().st_size} B)")
+    int8 = quantize(fp32, stage / INT8_NAME)
+    log(f"made {FP32_NAME} ({fp32.stat().st_size} B) and {INT8_NAME} ({int8.stat().st_size} B)")
 
     trained, cfg = load_policy(model_dir)
     env = EdgeplaneSchedEnv(max_nodes=cfg.max_nodes)
@@ -151,15 +157,25 @@ def export(
             "eval_wall_s": round(wall, 1),
         },
     }
-    (out_dir / METADATA_NAME).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (stage / METADATA_NAME).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    failure = None
     if exact < EXACT_BAR:
-        raise ValueError(
+        failure = (
             f"the fp32 graph decided differently from the trained policy on {decisions - same} "
             f"of {decisions} decisions"
         )
-    if near < AGREEMENT_BAR:
-        raise ValueError(
+    elif near < AGREEMENT_BAR:
+        failure = (
             f"int8 chooses as fp32 (or a near-tie) on {100 * near:.2f}% of decisions, "
             f"under {100 * AGREEMENT_BAR:.0f}%"
         )
+    if failure is not None:
+        rejected = out_dir / ".rejected"
+        shutil.rmtree(rejected, ignore_errors=True)
+        stage.rename(rejected)
+        raise ValueError(f"{failure}; {out_dir} left as it was, the rejected files are in {rejected}")
+    for name in (FP32_NAME, INT8_NAME, METADATA_NAME):
+        os.replace(stage / name, out_dir / name)
+    stage.rmdir()
+    log(f"wrote {out_dir / FP32_NAME}, {out_dir / INT8_NAME} and {out_dir / METADATA_NAME}")
     return meta

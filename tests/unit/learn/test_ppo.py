@@ -164,3 +164,30 @@ def test_export_writes_the_trained_network_and_an_int8_model_that_chooses_as_it_
     assert set(meta["files"]) == {"placement.fp32.onnx", "placement.int8.onnx"}
     assert meta["training"]["config"]["seed"] == 3
     assert main(["policy", "export", "--algo", "ppo", "--out", str(out)]) == 2  # no --model
+
+
+def test_an_export_that_fails_its_checks_leaves_the_shipped_files_as_they_were(
+    runs: tuple[Path, Path, dict, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from controlplane.learn import export as export_module
+
+    out = tmp_path / "placement"
+    out.mkdir()
+    (out / "placement.int8.onnx").write_bytes(b"the shipped one")
+    monkeypatch.setattr(export_module, "AGREEMENT_BAR", 1.01)  # a bar no model can pass
+    argv = [
+        "policy",
+        "export",
+        "--algo",
+        "ppo",
+        "--model",
+        str(runs[0]),
+        "--out",
+        str(out),
+        "--check-horizon",
+        "300",
+    ]
+    assert main(argv) == 1
+    assert (out / "placement.int8.onnx").read_bytes() == b"the shipped one"
+    assert not (out / "placement.json").exists() and not (out / ".staging").exists()
+    assert (out / ".rejected" / "placement.json").exists()
