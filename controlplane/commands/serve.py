@@ -79,13 +79,30 @@ async def _serve(
     extender: ExtenderSettings | None,
     cipher: EnvCipher,
 ) -> int:
+    from aiohttp import web
+
     from controlplane.coordination.hub_lease import held_hub_lease
+    from controlplane.coordination.standby_site import start_standby_site
     from controlplane.federation.config import FederationConfig
 
     assert isinstance(federation, FederationConfig)
     # One active hub per store: refused at once on SQLite, a standby on PostgreSQL.
-    async with held_hub_lease(database_url(args), stale_s=args.hub_lease_s) as lease:
-        return await _serve_with_lease(args, federation, auth, ssl_context, nats, extender, cipher, lease)
+    standby: list[web.AppRunner] = []
+
+    async def answer_as_standby() -> None:  # alive (/livez), not ready, 503 elsewhere
+        standby.append(await start_standby_site(args.host, args.port, ssl_context))
+
+    try:
+        async with held_hub_lease(
+            database_url(args), stale_s=args.hub_lease_s, on_standby=answer_as_standby
+        ) as lease:
+            for site in standby:
+                await site.cleanup()
+            standby.clear()
+            return await _serve_with_lease(args, federation, auth, ssl_context, nats, extender, cipher, lease)
+    finally:
+        for site in standby:
+            await site.cleanup()
 
 
 async def _serve_with_lease(

@@ -31,7 +31,7 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -235,7 +235,15 @@ async def _preempt_stale_holder(conn: Any, stale_s: float) -> None:
     await conn.fetchval("SELECT pg_terminate_backend($1)", row[0])
 
 
-async def _postgres_lease(dsn: str, where: str, *, poll_s: float, check_s: float, stale_s: float) -> HubLease:
+async def _postgres_lease(
+    dsn: str,
+    where: str,
+    *,
+    poll_s: float,
+    check_s: float,
+    stale_s: float,
+    on_standby: Callable[[], Awaitable[object]] | None,
+) -> HubLease:
     import asyncpg
 
     said = False
@@ -270,15 +278,23 @@ async def _postgres_lease(dsn: str, where: str, *, poll_s: float, check_s: float
             )
             print(f"edgeplane hub: standby, another hub is active on {where}", flush=True)
             said = True
+            if on_standby is not None:
+                await on_standby()
         await asyncio.sleep(poll_s)
 
 
 async def acquire_hub_lease(
-    database_url: str, *, stale_s: float = 15.0, poll_s: float = 1.0, check_s: float = 2.0
+    database_url: str,
+    *,
+    stale_s: float = 15.0,
+    poll_s: float = 1.0,
+    check_s: float = 2.0,
+    on_standby: Callable[[], Awaitable[object]] | None = None,
 ) -> HubLease:
     """The store's hub lease: at once on SQLite (or :class:`StartupError` naming the holder),
     after standing by as long as another hub holds it on PostgreSQL (and its session was heard
-    from within ``stale_s``; Kubernetes' leader election uses a 15 s lease too)."""
+    from within ``stale_s``; Kubernetes' leader election uses a 15 s lease too). ``on_standby``
+    is awaited once, when this hub starts standing by."""
     if not check_s * 2 < stale_s:
         raise ValueError(f"a lease of {stale_s} s needs renewals more often than every {stale_s / 2} s")
     from sqlalchemy.engine import make_url
@@ -297,15 +313,25 @@ async def acquire_hub_lease(
     if backend == "postgresql":
         dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
         return await _postgres_lease(
-            dsn, mask_url(database_url), poll_s=poll_s, check_s=check_s, stale_s=stale_s
+            dsn,
+            mask_url(database_url),
+            poll_s=poll_s,
+            check_s=check_s,
+            stale_s=stale_s,
+            on_standby=on_standby,
         )
     return HubLease("none")
 
 
 @contextlib.asynccontextmanager
-async def held_hub_lease(database_url: str, *, stale_s: float = 15.0) -> AsyncIterator[HubLease]:
+async def held_hub_lease(
+    database_url: str,
+    *,
+    stale_s: float = 15.0,
+    on_standby: Callable[[], Awaitable[object]] | None = None,
+) -> AsyncIterator[HubLease]:
     """:func:`acquire_hub_lease`, released on the way out (what ``serve`` and ``up`` run in)."""
-    lease = await acquire_hub_lease(database_url, stale_s=stale_s)
+    lease = await acquire_hub_lease(database_url, stale_s=stale_s, on_standby=on_standby)
     try:
         yield lease
     finally:

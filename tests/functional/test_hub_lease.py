@@ -2,7 +2,8 @@
 
 Two hubs on one store both reconcile, place and dispatch: work runs twice. On SQLite the second
 ``serve`` (or ``up``) is refused at once in one line naming the holder; on PostgreSQL the second
-waits as a standby, binds nothing, and becomes the active hub within seconds of the first one's
+waits as a standby (alive, not ready: 503 with Retry-After to every request but /livez), and
+becomes the active hub within seconds of the first one's
 ``kill -9``, serving what the first one stored.
 """
 
@@ -138,8 +139,16 @@ async def test_a_standby_on_postgresql_takes_over_when_the_active_hub_is_killed(
                 return b_log.read_text()
 
             await wait_for(standby_log, lambda text: "standby" in text, timeout=30)
-            time.sleep(2.0)  # a standby binds nothing, however long it waits
-            assert (await _get(session, f"http://127.0.0.1:{b_port}/livez"))[0] == 0
+            # A standby is alive but not ready, and says so to every other request.
+            standby = f"http://127.0.0.1:{b_port}"
+            assert await _get(session, standby + "/livez") == (200, {"status": "ok"})
+            status, body = await _get(session, standby + "/readyz")
+            assert status == 503 and "hub" in body["down"], body
+            async with session.post(
+                standby + "/v1/workloads", json={"name": "x", "command": ["true"]}
+            ) as resp:
+                assert resp.status == 503 and resp.headers["Retry-After"] == "2"
+                assert (await resp.json())["error"]["code"] == "unavailable"
             assert b.poll() is None
 
             os.kill(a.pid, signal.SIGKILL)
@@ -152,7 +161,7 @@ async def test_a_standby_on_postgresql_takes_over_when_the_active_hub_is_killed(
             assert took < 15, took
             status, body = await _get(session, f"http://127.0.0.1:{b_port}/v1/workloads/{workload}", token)
             assert status == 200 and body["name"] == "kept", body
-            print(f"\nstandby active {took:.1f} s after the active hub's kill -9")
+            print(f"\nstandby ready {took:.1f} s after the active hub's kill -9")
     finally:
         _stop(a)
         if b is not None:
