@@ -26,7 +26,16 @@ from controlplane.learn.slot_model import DEFER_NAME, INPUT_NAME, KIND, SCORES_N
 from controlplane.scheduling.cycle import DEFER, Choice
 from controlplane.scheduling.scheduler import Scheduler
 
-__all__ = ["NEAR_TIE", "LearnedChooser", "PlacementModelError", "SlotObservationPolicy", "load_session"]
+__all__ = [
+    "NEAR_TIE",
+    "LearnedChooser",
+    "PlacementModelError",
+    "SlotObservationPolicy",
+    "load_session",
+    "model_input",
+    "pick",
+    "run_logits",
+]
 
 
 class PlacementModelError(EdgeplaneError):
@@ -60,6 +69,26 @@ def load_session(path: Path) -> Any:
     return sess
 
 
+def model_input(rows: npt.NDArray[np.float32], fleet: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """The model's input: each candidate's node columns, then the fleet values repeated."""
+    return np.ascontiguousarray(
+        np.concatenate((rows, np.broadcast_to(fleet, (len(rows), len(fleet)))), axis=1)
+    )
+
+
+def run_logits(session: Any, x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Every candidate's logit, then defer's."""
+    scores, defer = session.run([SCORES_NAME, DEFER_NAME], {INPUT_NAME: x})
+    return np.concatenate((np.asarray(scores, dtype=np.float32), np.asarray(defer, dtype=np.float32)))
+
+
+def pick(logits: npt.NDArray[np.float32], *, allow_defer: bool = True) -> int:
+    """The best candidate (the first of equal logits, as argmax over PPO's slots), or
+    ``len(logits) - 1`` (defer) when defer's logit is higher and ``allow_defer``."""
+    best = int(np.argmax(logits[:-1]))
+    return len(logits) - 1 if allow_defer and float(logits[-1]) > float(logits[best]) else best
+
+
 class LearnedChooser:
     """Picks each replica's node with the exported policy (a scheduler's ``chooser``)."""
 
@@ -91,27 +120,26 @@ class LearnedChooser:
 
     def logits(self, rows: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.float32], float]:
         """The candidates' logits and defer's, for ready rows (node columns then fleet values)."""
-        scores, defer = self.session.run([SCORES_NAME, DEFER_NAME], {INPUT_NAME: rows})
-        return np.asarray(scores, dtype=np.float32), float(defer[0])
+        logits = run_logits(self.session, rows)
+        return logits[:-1], float(logits[-1])
 
     def inputs(self, choice: Choice) -> npt.NDArray[np.float32]:
         """The model's input for ``choice``: one clipped row per candidate."""
         if self.sched is None:
             raise RuntimeError("LearnedChooser has no scheduler: attach() it first")
-        rows, fleet = candidate_rows(self.sched, choice)
-        x = np.concatenate((rows, np.broadcast_to(fleet, (len(rows), len(fleet)))), axis=1)
+        x = model_input(*candidate_rows(self.sched, choice))
         np.clip(x, -BOUND, BOUND, out=x)
         return x
 
     def __call__(self, choice: Choice) -> int:
         began = time.perf_counter()
-        scores, defer = self.logits(self.inputs(choice))
-        best = int(np.argmax(scores))  # the first of equal logits, as argmax over PPO's slots
+        logits = run_logits(self.session, self.inputs(choice))
+        best = pick(logits, allow_defer=self.allow_defer)
         self.decisions += 1
         self.seconds += time.perf_counter() - began
         if self.on_decision is not None:
             self.on_decision()
-        if self.allow_defer and defer > float(scores[best]):
+        if best == len(logits) - 1:
             self.deferred += 1
             return DEFER
         return best
@@ -149,18 +177,6 @@ class SlotObservationPolicy:
         self.agreed = 0
         self.near = 0
 
-    @staticmethod
-    def _logits(session: Any, x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        """Every candidate's logit, then defer's."""
-        scores, defer = session.run([SCORES_NAME, DEFER_NAME], {INPUT_NAME: x})
-        return np.concatenate((np.asarray(scores, dtype=np.float32), np.asarray(defer, dtype=np.float32)))
-
-    @staticmethod
-    def _pick(logits: npt.NDArray[np.float32]) -> int:
-        """The index of the best candidate, or ``len(logits) - 1`` (defer) if defer's is higher."""
-        best = int(np.argmax(logits[:-1]))
-        return len(logits) - 1 if float(logits[-1]) > float(logits[best]) else best
-
     def __call__(self, obs: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_], info: Any) -> int:
         from controlplane.learn.observe import GLOBAL_COLUMNS, NODE_COLUMNS
 
@@ -171,17 +187,15 @@ class SlotObservationPolicy:
             return max_nodes  # nothing to place on: defer, the only action allowed
         nodes = obs[: max_nodes * width].reshape(max_nodes, width)[slots]
         fleet = obs[max_nodes * width : max_nodes * width + len(GLOBAL_COLUMNS)]
-        x = np.ascontiguousarray(
-            np.concatenate((nodes, np.broadcast_to(fleet, (len(slots), len(fleet)))), axis=1)
-        )
-        logits = self._logits(self.session, x)
-        pick = self._pick(logits)
+        x = model_input(nodes, fleet)
+        logits = run_logits(self.session, x)
+        best = pick(logits)
         if self.shadow is not None:
-            other = self._pick(self._logits(self.shadow, x))
+            other = pick(run_logits(self.shadow, x))
             self.decisions += 1
-            self.agreed += other == pick
-            self.near += float(logits[pick]) - float(logits[other]) <= NEAR_TIE
-        return max_nodes if pick == len(slots) else int(slots[pick])
+            self.agreed += other == best
+            self.near += float(logits[best]) - float(logits[other]) <= NEAR_TIE
+        return max_nodes if best == len(slots) else int(slots[best])
 
     @property
     def agreement(self) -> float | None:
