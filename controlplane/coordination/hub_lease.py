@@ -116,24 +116,18 @@ class HubLease:
     async def _reacquire(self) -> None:
         """A new session and the lock again, or :attr:`lost` if another hub holds it now (a
         database still away: tried again next time)."""
-        import asyncpg
-
         assert self._dsn is not None
+        conn = None
         try:
-            conn = await asyncio.wait_for(asyncpg.connect(self._dsn), timeout=self._answer_within_s)
+            conn = await _connect(self._dsn, self._answer_within_s)
+            held = await _try_lock(conn, self._answer_within_s)
         except asyncio.CancelledError:
+            if conn is not None:
+                conn.terminate()
             raise
         except Exception:
-            return
-        try:
-            held = await asyncio.wait_for(
-                conn.fetchval("SELECT pg_try_advisory_lock($1)", LEASE_KEY), timeout=self._answer_within_s
-            )
-        except asyncio.CancelledError:
-            conn.terminate()
-            raise
-        except Exception:
-            conn.terminate()
+            if conn is not None:
+                conn.terminate()
             return
         if not held:
             conn.terminate()
@@ -235,6 +229,23 @@ async def _preempt_stale_holder(conn: Any, stale_s: float) -> None:
     await conn.fetchval("SELECT pg_terminate_backend($1)", row[0])
 
 
+async def _connect(dsn: str, timeout_s: float) -> Any:
+    import asyncpg
+
+    return await asyncio.wait_for(asyncpg.connect(dsn), timeout=timeout_s)
+
+
+async def _try_lock(conn: Any, timeout_s: float) -> bool:
+    """The lease's advisory lock for ``conn``'s session, if no other session holds it."""
+    return bool(
+        await asyncio.wait_for(conn.fetchval("SELECT pg_try_advisory_lock($1)", LEASE_KEY), timeout=timeout_s)
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 async def _postgres_lease(
     dsn: str,
     where: str,
@@ -244,43 +255,37 @@ async def _postgres_lease(
     stale_s: float,
     on_standby: Callable[[], Awaitable[object]] | None,
 ) -> HubLease:
-    import asyncpg
-
+    """The lock, asked for every ``poll_s`` on one session of the standby's own, which becomes
+    the lease's once it holds it; a database that fails meanwhile is one line (StartupError)."""
     said = False
-    while True:
-        try:
-            conn = await asyncio.wait_for(asyncpg.connect(dsn), timeout=10)
-        except Exception as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StartupError(f"cannot open the store at {where}: {reason}") from None
-        try:
-            held = await asyncio.wait_for(
-                conn.fetchval("SELECT pg_try_advisory_lock($1)", LEASE_KEY), timeout=10
-            )
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await conn.close()
-            raise
-        if held:
-            if said:
-                log.warning("hub lease acquired on %s: this standby becomes the active hub", where)
-            return HubLease("postgresql", connection=conn, dsn=dsn, check_s=check_s, stale_s=stale_s)
-        try:
-            await asyncio.wait_for(_preempt_stale_holder(conn, stale_s), timeout=10)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # no right to read or end the holder's session: wait for it
-            log.warning("cannot check the active hub's lease session: %s", exc)
-        await conn.close()
-        if not said:
-            log.warning(
-                "another hub holds the lease on %s: standing by (checked every %.1f s)", where, poll_s
-            )
-            print(f"edgeplane hub: standby, another hub is active on {where}", flush=True)
-            said = True
-            if on_standby is not None:
-                await on_standby()
-        await asyncio.sleep(poll_s)
+    conn = None
+    try:
+        conn = await _connect(dsn, 10)
+        while not await _try_lock(conn, 10):
+            try:
+                await asyncio.wait_for(_preempt_stale_holder(conn, stale_s), timeout=10)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # no right to read or end the holder's session: wait for it
+                log.warning("cannot check the active hub's lease session: %s", exc)
+            if not said:
+                log.warning(
+                    "another hub holds the lease on %s: standing by (checked every %.1f s)", where, poll_s
+                )
+                print(f"edgeplane hub: standby, another hub is active on {where}", flush=True)
+                said = True
+                if on_standby is not None:
+                    await on_standby()
+            await asyncio.sleep(poll_s)
+    except BaseException as exc:
+        if conn is not None:
+            conn.terminate()
+        if isinstance(exc, Exception) and not isinstance(exc, StartupError):
+            raise StartupError(f"cannot open the store at {where}: {_first_line(exc)}") from None
+        raise
+    if said:
+        log.warning("hub lease acquired on %s: this standby becomes the active hub", where)
+    return HubLease("postgresql", connection=conn, dsn=dsn, check_s=check_s, stale_s=stale_s)
 
 
 async def acquire_hub_lease(
