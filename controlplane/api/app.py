@@ -187,11 +187,11 @@ async def create_workload(request: web.Request) -> web.Response:
     check_clusters(hub.federation, spec.affinity.clusters)
     key = caller_key(request, IDEMPOTENCY_KEY)  # scoped to the caller: never another's workload
     workload_id, created = await hub.create_workload(spec, idempotency_key=key)
-    found = await hub.store.get_workload(workload_id)
+    if created is not None:  # new: as stored, Pending with no placement yet (no second read)
+        return web.json_response(redact(to_json(Workload.of(created, [])), principal_of(request)), status=201)
+    found = await hub.store.get_workload(workload_id)  # an earlier POST's, as it is now
     assert found is not None
-    return web.json_response(
-        redact(to_json(Workload.of(*found)), principal_of(request)), status=201 if created else 200
-    )
+    return web.json_response(redact(to_json(Workload.of(*found)), principal_of(request)), status=200)
 
 
 @routes.get("/v1/workloads")

@@ -29,9 +29,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from edgeplane_contract.messages import RuntimeObservation
@@ -108,57 +110,105 @@ class InterferenceLearning:
         self, s: AsyncSession, placement: PlacementRow, observation: RuntimeObservation | None
     ) -> None:
         """A placement just became Succeeded with ``observation`` (None: the agent had none)."""
-        if observation is None:
-            return
-        why = observation.invalid()
-        if why is not None:
-            self.outcomes["invalid"] += 1
-            log.warning("ignored the runtime observation of %s on %s: %s", placement.id, placement.node, why)
-            return
-        known = await s.scalar(
-            select(RuntimeObservationRow.id).where(RuntimeObservationRow.placement_id == placement.id)
-        )
-        if known is not None:
-            return
-        spec = (await self.specs.load(s, [placement.workload_id])).get(placement.workload_id)
-        if spec is None:
-            return
-        kind = spec.scheduler_kind()
-        expected = spec.expected_runtime_s
-        if expected is None:
-            expected = await self._baseline(s, spec.name, kind)
-        seconds = list(observation.load_seconds)
-        row = RuntimeObservationRow(
-            placement_id=placement.id,
-            workload_id=placement.workload_id,
-            workload_name=spec.name,
-            kind=kind,
-            node=placement.node,
-            runtime_s=observation.runtime_s,
-            expected_s=expected,
-            load_seconds=seconds,
-            quiet=quiet(seconds),
-            cpu_pressure=observation.cpu_pressure,
-            observed_at=time.time(),
-        )
-        s.add(row)
-        await s.flush()  # its id, for the trim
-        await s.execute(delete(RuntimeObservationRow).where(RuntimeObservationRow.id <= row.id - self.keep))
-        if expected is None:
-            self.outcomes["no_baseline"] += 1
-            return
-        self._pending.append(_Feed(kind, expected, observation.runtime_s, seconds))
+        await self.record_many(s, [(placement, observation)])
 
-    async def _baseline(self, s: AsyncSession, name: str, kind: str) -> float | None:
-        """The fastest quiet run stored of workloads named ``name`` of ``kind`` (None: none)."""
-        fastest = await s.scalar(
-            select(func.min(RuntimeObservationRow.runtime_s)).where(
-                RuntimeObservationRow.workload_name == name,
-                RuntimeObservationRow.kind == kind,
-                RuntimeObservationRow.quiet.is_(True),
+    async def record_many(
+        self, s: AsyncSession, successes: Sequence[tuple[PlacementRow, RuntimeObservation | None]]
+    ) -> None:
+        """Placements that just became Succeeded, in the order they did, in a few statements
+        whatever their number: one read of those already stored, the specs, one read of the
+        history baselines the batch needs, one insert and one trim. Each observation's baseline
+        counts the quiet runs stored before it, those earlier in the same batch included; the trim
+        to the last ``keep`` runs once, at the end of the batch."""
+        valid: list[tuple[PlacementRow, RuntimeObservation]] = []
+        for placement, observation in successes:
+            if observation is None:
+                continue
+            why = observation.invalid()
+            if why is not None:
+                self.outcomes["invalid"] += 1
+                log.warning(
+                    "ignored the runtime observation of %s on %s: %s", placement.id, placement.node, why
+                )
+                continue
+            valid.append((placement, observation))
+        if not valid:
+            return
+        known = set(
+            await s.scalars(
+                select(RuntimeObservationRow.placement_id).where(
+                    RuntimeObservationRow.placement_id.in_({p.id for p, _ in valid})
+                )
             )
         )
-        return float(fastest) if fastest is not None else None
+        specs = await self.specs.load(s, {p.workload_id for p, _ in valid})
+        wanted = [(p, o, specs[p.workload_id]) for p, o in valid if p.workload_id in specs]
+        fastest = await self._baselines(
+            s, {(spec.name, spec.scheduler_kind()) for *_, spec in wanted if spec.expected_runtime_s is None}
+        )
+        rows: list[dict[str, Any]] = []
+        now = time.time()
+        for placement, observation, spec in wanted:
+            if placement.id in known:
+                continue
+            known.add(placement.id)
+            kind = spec.scheduler_kind()
+            expected = spec.expected_runtime_s
+            if expected is None:
+                expected = fastest.get((spec.name, kind))
+            seconds = list(observation.load_seconds)
+            is_quiet = quiet(seconds)
+            rows.append(
+                {
+                    "placement_id": placement.id,
+                    "workload_id": placement.workload_id,
+                    "workload_name": spec.name,
+                    "kind": kind,
+                    "node": placement.node,
+                    "runtime_s": observation.runtime_s,
+                    "expected_s": expected,
+                    "load_seconds": seconds,
+                    "quiet": is_quiet,
+                    "cpu_pressure": observation.cpu_pressure,
+                    "observed_at": now,
+                }
+            )
+            if is_quiet:  # a baseline for the runs after it in this batch, as once it is stored
+                key = (spec.name, kind)
+                best = fastest.get(key)
+                fastest[key] = observation.runtime_s if best is None else min(best, observation.runtime_s)
+            if expected is None:
+                self.outcomes["no_baseline"] += 1
+            else:
+                self._pending.append(_Feed(kind, expected, observation.runtime_s, seconds))
+        if not rows:
+            return
+        await s.execute(insert(RuntimeObservationRow), rows)
+        newest = select(func.max(RuntimeObservationRow.id)).scalar_subquery()
+        await s.execute(delete(RuntimeObservationRow).where(RuntimeObservationRow.id <= newest - self.keep))
+
+    async def _baselines(self, s: AsyncSession, keys: set[tuple[str, str]]) -> dict[tuple[str, str], float]:
+        """The fastest quiet run stored of workloads of each (name, kind) in ``keys`` (a key with
+        none is left out), in one read."""
+        if not keys:
+            return {}
+        rows = await s.execute(
+            select(
+                RuntimeObservationRow.workload_name,
+                RuntimeObservationRow.kind,
+                func.min(RuntimeObservationRow.runtime_s),
+            )
+            .where(
+                RuntimeObservationRow.workload_name.in_({name for name, _ in keys}),
+                RuntimeObservationRow.quiet.is_(True),
+            )
+            .group_by(RuntimeObservationRow.workload_name, RuntimeObservationRow.kind)
+        )
+        return {
+            (name, kind): float(best)
+            for name, kind, best in rows
+            if (name, kind) in keys and best is not None
+        }
 
     def commit(self) -> None:
         """The transaction that stored the pending observations committed: feed them."""

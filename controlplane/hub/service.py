@@ -82,7 +82,10 @@ ADMIT_BATCH = 200
 CREATE_BATCH = 256
 
 # A workload waiting to be stored: its spec, its idempotency key, the caller's answer (id, created).
-_Creation = tuple[WorkloadSpec, str | None, asyncio.Future[tuple[str, bool]]]
+# The answer: the workload's id and, when this POST created it, its row as stored (None: an
+# earlier POST with the same idempotency key did).
+_Created = tuple[str, WorkloadRow | None]
+_Creation = tuple[WorkloadSpec, str | None, asyncio.Future[_Created]]
 
 
 def new_id() -> str:
@@ -492,10 +495,9 @@ class Hub:
 
     # --- API operations -------------------------------------------------------------------
 
-    async def create_workload(
-        self, spec: WorkloadSpec, *, idempotency_key: str | None = None
-    ) -> tuple[str, bool]:
-        """Store a new workload; with an idempotency key a retried POST returns the first one.
+    async def create_workload(self, spec: WorkloadSpec, *, idempotency_key: str | None = None) -> _Created:
+        """Store a new workload: its id and its row as stored; with an idempotency key a retried
+        POST returns the first one's id and no row.
 
         The key is the caller-scoped one (``api/idempotency.py``): callers never share one."""
         spec.check_fits(self.bus.max_payload - PAYLOAD_MARGIN)
@@ -504,8 +506,8 @@ class Hub:
         if idempotency_key:
             existing = await self.store.find_workload_by_key(idempotency_key)
             if existing is not None:
-                return existing.id, False
-        answer: asyncio.Future[tuple[str, bool]] = asyncio.get_running_loop().create_future()
+                return existing.id, None
+        answer: asyncio.Future[_Created] = asyncio.get_running_loop().create_future()
         self._creations.append((spec, idempotency_key, answer))
         if self._creating is None or self._creating.done():
             # A task of its own, not the caller's: a caller that goes away does not stop the
@@ -548,7 +550,7 @@ class Hub:
             for *_, answer in batch:
                 if not answer.done():
                     if found is not None:
-                        answer.set_result((found, False))
+                        answer.set_result((found, None))
                     else:
                         answer.set_exception(exc)
             return
@@ -569,37 +571,39 @@ class Hub:
                 return existing.id
         return None
 
-    async def _insert_workloads(self, batch: list[_Creation]) -> list[tuple[str, bool]]:
+    async def _insert_workloads(self, batch: list[_Creation]) -> list[_Created]:
         """The batch's workloads (and their WorkloadCreated events) in one transaction; the same
         idempotency key twice in a batch is one workload."""
-        results: list[tuple[str, bool]] = []
+        results: list[_Created] = []
         by_key: dict[str, str] = {}
         now = time.time()
         async with self.store.session() as s:
             for spec, key, _ in batch:
                 if key is not None and key in by_key:
-                    results.append((by_key[key], False))
+                    results.append((by_key[key], None))
                     continue
                 workload_id = new_id()
                 if key is not None:
                     by_key[key] = workload_id
-                s.add(
-                    WorkloadRow(
-                        id=workload_id,
-                        name=spec.name,
-                        status="Pending",
-                        spec=spec.to_dict(),
-                        replicas=spec.replicas,
-                        priority=spec.priority,
-                        idempotency_key=key,
-                        created_at=now,
-                        updated_at=now,
-                    )
+                row = WorkloadRow(
+                    id=workload_id,
+                    name=spec.name,
+                    status="Pending",
+                    message="",
+                    spec=spec.to_dict(),
+                    replicas=spec.replicas,
+                    priority=spec.priority,
+                    idempotency_key=key,
+                    cancel_requested=False,
+                    created_at=now,
+                    updated_at=now,
+                    finished_at=None,
                 )
+                s.add(row)
                 Store.add_event(s, "WorkloadCreated", "workload", workload_id, spec.name)
-                results.append((workload_id, True))
+                results.append((workload_id, row))
         for (spec, *_), (workload_id, created) in zip(batch, results, strict=True):
-            if created:  # committed: the placing round finds it parsed
+            if created is not None:  # committed: the placing round finds it parsed
                 self.specs.put(workload_id, spec)
         return results
 

@@ -265,9 +265,8 @@ class PlacementBook:
             ids, learned = list(self._deferred), self._learned
         finally:
             self._deferred, self._learned = None, []
-        if self.learning is not None:
-            for placement, state in learned:
-                await self.learning.record(s, placement, state.observation)
+        if self.learning is not None and learned:
+            await self.learning.record_many(s, [(p, state.observation) for p, state in learned])
         if not ids:
             return
         workloads = await s.scalars(

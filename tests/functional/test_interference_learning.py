@@ -158,3 +158,42 @@ async def test_a_real_agent_s_success_reaches_the_estimate_exactly_once(nats_ser
         if agent.poll() is None:
             agent.terminate()
             agent.wait(timeout=10)
+
+
+async def test_successes_reported_in_one_batch_are_stored_once_each_with_earlier_quiet_runs_as_baseline(
+    nats_server, sqlite_url
+):
+    """A batch of reports (the bus applies up to 256 in one transaction) stores its successes in
+    a few statements: a quiet run earlier in the batch is the baseline of the later ones, a
+    success sent twice in the batch is stored once, and the trim keeps the newest ``keep``."""
+    async with running_hub(
+        nats_server.url, sqlite_url, lease_missed_heartbeats=400, runtime_observations_kept=3
+    ) as (running, api):
+        hub = running.hub
+        assert (await hub.handle_register("a", register_message("a", cpu=8.0, memory=2**33))).accepted
+        placed = []
+        for _ in range(4):
+            workload_id = await api.post_workload({"name": "batch", "command": ["true"]})
+            got = await wait_for(lambda w=workload_id: api.workload(w), lambda w: bool(w["placements"]))
+            placed.append((got["placements"][0]["id"], workload_id))
+        await hub.handle_reports([("a", _report(p, w, "Running")) for p, w in placed])
+        runs = [(3.0, BUSY), (2.0, QUIET), (4.0, BUSY), (1.0, QUIET)]
+        batch = [
+            ("a", _report(p, w, "Succeeded", RuntimeObservation(runtime_s=r, load_seconds=load)))
+            for (p, w), (r, load) in zip(placed, runs, strict=True)
+        ]
+        batch.insert(
+            2, ("a", _report(*placed[1], "Succeeded", RuntimeObservation(runtime_s=9.0, load_seconds=BUSY)))
+        )
+        await hub.handle_reports(batch)
+        for _, workload_id in placed:
+            assert (await api.workload(workload_id))["status"] == "Succeeded"
+        rows = await _rows(hub)
+        # The first of the four was trimmed (keep 3); the resent success left no second row.
+        assert [(r.placement_id, r.runtime_s, r.expected_s, r.quiet) for r in rows] == [
+            (placed[1][0], 2.0, None, True),
+            (placed[2][0], 4.0, 2.0, False),
+            (placed[3][0], 1.0, 2.0, True),
+        ]
+        assert hub.learning.outcomes["no_baseline"] == 2
+        assert hub.learning.outcomes["learned"] + hub.learning.outcomes["ignored"] == 2
