@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import Text, and_, cast, event, func, or_, select
+from sqlalchemy import Text, and_, cast, event, func, insert, or_, select
 from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
@@ -42,6 +42,24 @@ def _flushed(session: Session, _flush: UOWTransaction) -> None:
 def _executed(state: ORMExecuteState) -> None:
     if state.is_insert or state.is_update or state.is_delete:
         state.session.info["wrote"] = True
+
+
+# Where a session keeps the events added to it until it commits.
+_EVENTS = "edgeplane_events"
+
+
+@event.listens_for(_WriteTrackingSession, "before_commit")
+def _write_events(session: Session) -> None:
+    """The transaction's events in one executemany, in the order they were added, as part of it
+    (a rolled-back transaction writes none)."""
+    rows = session.info.pop(_EVENTS, None)
+    if rows:
+        session.execute(insert(EventRow), rows)
+
+
+@event.listens_for(_WriteTrackingSession, "after_rollback")
+def _drop_events(session: Session) -> None:
+    session.info.pop(_EVENTS, None)
 
 
 class Store:
@@ -148,23 +166,24 @@ class Store:
 
     @staticmethod
     def add_event(
-        session: AsyncSession,
+        session: AsyncSession | Session,
         kind: str,
         object_kind: str,
         object_id: str,
         message: str = "",
         data: dict[str, Any] | None = None,
     ) -> None:
-        session.add(
-            EventRow(
-                ts=time.time(),
-                kind=kind,
-                object_kind=object_kind,
-                object_id=object_id,
-                message=message,
-                data=data or {},
-            )
-        )
+        """Record an event in ``session``'s transaction: written with the transaction's other
+        events in one insert as it commits (``_write_events``), not one ORM object each."""
+        row = {
+            "ts": time.time(),
+            "kind": kind,
+            "object_kind": object_kind,
+            "object_id": object_id,
+            "message": message,
+            "data": data or {},
+        }
+        getattr(session, "sync_session", session).info.setdefault(_EVENTS, []).append(row)
 
     async def list_events(
         self,
