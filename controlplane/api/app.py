@@ -7,7 +7,9 @@ import json
 from aiohttp import web
 
 from controlplane.api import console, enrol
+from controlplane.api.audit import AuditLog
 from controlplane.api.auth import (
+    AUDIT,
     AUTH_SETTINGS,
     IDENTITIES,
     RATE_LIMITER,
@@ -257,6 +259,7 @@ async def list_events(request: web.Request) -> web.Response:
     limit = EVENTS_LIMIT.parse(request)
     after = AFTER.parse(request)
     assert limit is not None and after is not None  # both have defaults
+    await request.app[AUDIT].written()  # the calls made so far are in the list
     rows = await hub.store.list_events(
         after_id=after, kind=KIND.parse(request), object_id=OBJECT_ID.parse(request), limit=limit
     )
@@ -272,6 +275,10 @@ async def interference(request: web.Request) -> web.Response:
     return web.json_response(to_json(Interference.of(learning.estimate(), learning.outcomes)))
 
 
+async def _close_audit(app: web.Application) -> None:
+    await app[AUDIT].close()  # what is queued is written before the store closes
+
+
 def create_app(
     hub: Hub, *, auth: AuthSettings | None = None, nats_authority: NatsAuthority | None = None
 ) -> web.Application:
@@ -283,6 +290,8 @@ def create_app(
     )
     app[HUB] = hub
     app[IDENTITIES] = IdentityStore(hub.store)
+    app[AUDIT] = AuditLog(hub.store)
+    app.on_cleanup.append(_close_audit)
     app[AUTH_SETTINGS] = auth
     app[RATE_LIMITER] = RateLimiter(rate_per_s=auth.rate_per_s, burst=auth.burst)
     app.add_routes(routes)
