@@ -10,9 +10,11 @@ with the floor, a bare ``asyncio.create_subprocess_exec("true")``. Usage:
     python bench/agent_start.py [--starts 50] [--gap-ms 200] [--ballast-mb 80] [--json out.json]
 
 Printed per start (ms): ``prepare`` (work dir, gid, unit groups, CPU group), ``spawn`` (the rest
-of :func:`start_process`, mainly ``create_subprocess_exec`` with the child's setup: fork, joining
-the cgroups, limits, the uid drop, no_new_privs, seccomp, exec), ``total``; p50/p99 and the ratio
-of the total to the floor.
+of :func:`start_process`, mainly the Popen with the child's setup: fork, joining the cgroups,
+limits, the uid drop, no_new_privs, seccomp, exec), ``total``, ``loop_held_ms`` (the longest the
+agent's event loop went without a turn meanwhile: the Popen runs in a worker thread,
+``edge_agent/spawn.py``, so it is a few ms, not the whole start); p50/p99 and the ratio of the
+total to the floor.
 
 ``--ballast-mb`` grows this process like an agent's heap: a ``preexec_fn`` forces ``fork``
 (not ``vfork``), whose cost grows with the parent's memory. The cgroup line says whether moving
@@ -78,6 +80,17 @@ async def _floor_once() -> float:
     return spent
 
 
+async def _longest_gap(stop: asyncio.Event) -> float:
+    """The longest the event loop went without running this task while a start ran (ms): how
+    long the start held the loop (a bid, a report or a command waits that long)."""
+    longest, last = 0.0, time.perf_counter()
+    while not stop.is_set():
+        await asyncio.sleep(0.0005)
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
+    return longest * 1000
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--starts", type=int, default=50)
@@ -88,7 +101,13 @@ async def main() -> int:
     ballast = bytearray(args.ballast_mb * 2**20)
     for offset in range(0, len(ballast), 4096):  # touch every page: fork copies page tables
         ballast[offset] = 1
-    rows: dict[str, list[float]] = {"prepare_ms": [], "spawn_ms": [], "total_ms": [], "floor_ms": []}
+    rows: dict[str, list[float]] = {
+        "prepare_ms": [],
+        "spawn_ms": [],
+        "total_ms": [],
+        "loop_held_ms": [],
+        "floor_ms": [],
+    }
     with tempfile.TemporaryDirectory(prefix="agent-start-") as tmp:
         node = f"bench-start-{os.getpid()}"
         work_dir = Path(tmp) / "agent"
@@ -104,6 +123,8 @@ async def main() -> int:
                 state = PlacementState(placement_id=f"p{i}", workload_id=f"w{i}", state="Running")
                 entry = RunningPlacement(state=state, spec=RunSpec(command=["true"], cpu=0.5), cpu=0.5)
                 entry.memory = 256 * 2**20
+                ticks = asyncio.create_task(_longest_gap(stop := asyncio.Event()))
+                await asyncio.sleep(0)
                 began = time.perf_counter()
                 entry.sandbox = confinement.open(state.placement_id)
                 limiter.prepare(state.placement_id, entry.cpu)
@@ -112,6 +133,8 @@ async def main() -> int:
                     entry, confinement=confinement, cpu_limiter=limiter, log_path=log_path
                 )
                 done = time.perf_counter()
+                stop.set()
+                rows["loop_held_ms"].append(await ticks)
                 if error is not None or entry.process is None:
                     print(f"start {i} failed: {error}", file=sys.stderr)
                     return 1

@@ -57,6 +57,7 @@ from edge_agent.run_user import (
 )
 from edge_agent.seccomp_filter import UnitFilter
 from edge_agent.seccomp_filter import detect as detect_seccomp
+from edge_agent.spawn import ProcessHandle
 from edge_agent.unit_groups import UnitGroups, detect_unit_groups
 
 __all__ = [
@@ -351,7 +352,7 @@ class Confinement:
             seccomp=self.seccomp.load if self.seccomp is not None else None,
         )
 
-    async def stop(self, sandbox: Sandbox, process: asyncio.subprocess.Process, *, grace_s: float) -> None:
+    async def stop(self, sandbox: Sandbox, process: ProcessHandle, *, grace_s: float) -> None:
         """SIGTERM the unit's processes, SIGKILL all that remain after ``grace_s`` (or as soon
         as the main process is gone: its descendants go with it)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -361,7 +362,7 @@ class Confinement:
             await asyncio.wait_for(process.wait(), timeout=grace_s)
         await self.kill(sandbox, process)
 
-    async def kill(self, sandbox: Sandbox, process: asyncio.subprocess.Process | None) -> None:
+    async def kill(self, sandbox: Sandbox, process: ProcessHandle | None) -> None:
         """SIGKILL every process of the unit (its cgroup, else its process group); reap the main one."""
         if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
