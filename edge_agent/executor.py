@@ -115,6 +115,7 @@ class ProcessRunner:
         self.tombstones: set[str] = set()  # stopped before they ran: a late run command is refused
         self.shutting_down: set[str] = set()  # stopped by the agent's own shutdown, not by the hub
         self.state_file = state_file
+        self._placement_file = PlacementFile(state_file) if state_file is not None else None
         # What the state file held at start, until resume() decides (kept in the file meanwhile).
         self._undecided: list[SavedPlacement] | None = None
         self.cpu_limiter: CpuLimiter = cpu_limiter or NoCpuLimit()
@@ -150,7 +151,7 @@ class ProcessRunner:
 
     def _persist(self) -> None:
         """Write the running restartable placements to the state file (atomically)."""
-        if self.state_file is None:
+        if self._placement_file is None:
             return
         items = [
             {
@@ -166,7 +167,7 @@ class ProcessRunner:
         # Placements waiting for the hub's word stay in the file: an agent that dies again before
         # it decided must still know about them.
         items += [item for *_, item in self._undecided or [] if item["placement_id"] not in self.placements]
-        PlacementFile(self.state_file).write(items)
+        self._placement_file.write(items)
 
     def resumable(self) -> list[PlacementState]:
         """The placements a dead agent left running that :meth:`resume` would restart, as Running
@@ -177,14 +178,12 @@ class ProcessRunner:
         ]
 
     def _resumable_items(self) -> list[SavedPlacement]:
-        if self.state_file is None:
+        if self._placement_file is None:
             return []
         if self._undecided is not None:
             return [entry for entry in self._undecided if entry[0] not in self.placements]
         self._undecided = [
-            saved
-            for saved in PlacementFile(self.state_file).read()
-            if saved.placement_id not in self.placements
+            saved for saved in self._placement_file.read() if saved.placement_id not in self.placements
         ]
         return self._undecided
 

@@ -35,17 +35,24 @@ class PlacementFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # What this object last wrote: the same entries again are not rewritten (most starts and
+        # ends change nothing here, a placement that is not restartable is not in the file).
+        self._written: str | None = None
 
     def write(self, items: list[dict[str, Any]]) -> None:
         """Replace the file's entries (atomically); a write error is logged, not raised."""
+        text = json.dumps({"version": 1, "placements": items})
+        if text == self._written:
+            return
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             # 0600: the specs hold the workloads' env values.
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.fchmod(fd, 0o600)  # a leftover .tmp keeps its old mode through O_CREAT
             with open(fd, "w", encoding="utf-8") as handle:
-                handle.write(json.dumps({"version": 1, "placements": items}))
+                handle.write(text)
             os.replace(tmp, self.path)
+            self._written = text
         except OSError as exc:  # a full disk must not stop the work; resuming is best effort
             log.warning("could not write %s: %s", self.path, exc)
 
@@ -73,6 +80,7 @@ class PlacementFile:
         except FileNotFoundError:
             return []
         except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._written = None
             kept = self.path.with_name(self.path.name + ".corrupt")
             with contextlib.suppress(OSError):
                 os.replace(self.path, kept)

@@ -222,6 +222,77 @@ async def test_a_restarted_hub_recovers_from_the_store_and_the_agents_reports(
             await api.wait_status(sleeping, "Cancelled")
 
 
+async def test_commands_sent_together_run_at_once_yet_in_order_per_placement(
+    nats_server, sqlite_url, tmp_path
+):
+    """The agent does not start one command after another: the starts of different placements
+    overlap; a repeat sent before the first answer gets that answer marked duplicate (one process);
+    a stop sent right behind its run waits for that run and stops the process."""
+    async with (
+        running_hub(nats_server.url, sqlite_url),
+        running_agents(nats_server.url, tmp_path, ["c1"]) as agents,
+    ):
+        runner = agents[0].agent.runner
+        nc = await nats.connect(nats_server.url)
+        try:
+            subject = Subjects("default").command("c1")
+
+            def run(command_id: str, placement_id: str) -> CommandV1:
+                return CommandV1(
+                    command_id=command_id,
+                    kind="run",
+                    placement_id=placement_id,
+                    workload_id="w-" + placement_id,
+                    spec=RunSpec(command=["sleep", "30"]),
+                )
+
+            async def send(command: CommandV1) -> CommandAckV1:
+                return decode((await nc.request(subject, encode(command), timeout=10)).data, CommandAckV1)
+
+            starting: set[str] = set()
+            overlapped = asyncio.Event()
+            real_spawn = runner._spawn
+
+            async def watched_spawn(entry):  # notes how many starts are under way at once
+                starting.add(entry.state.placement_id)
+                if len(starting) > 1:
+                    overlapped.set()
+                try:
+                    return await real_spawn(entry)
+                finally:
+                    starting.discard(entry.state.placement_id)
+
+            runner._spawn = watched_spawn
+            commands = [run(f"run-{n}", f"p-{n}") for n in range(6)]
+            acks = await asyncio.gather(*(send(c) for c in [*commands, commands[0]]))
+            assert all(ack.accepted for ack in acks)
+            assert sorted(ack.duplicate for ack in acks) == [False] * 6 + [True]
+            assert overlapped.is_set()
+            assert sorted(s.placement_id for s in runner.states()) == [f"p-{n}" for n in range(6)]
+
+            stopped_after_start: list[bool] = []
+            real_stop = runner.stop
+
+            async def watched_stop(placement_id: str) -> bool:  # was the run's start over by then?
+                entry = runner.placements.get(placement_id)
+                stopped_after_start.append(entry is not None and entry.task is not None)
+                return await real_stop(placement_id)
+
+            runner.stop = watched_stop
+            stop = CommandV1(command_id="stop-x", kind="stop", placement_id="p-x", workload_id="w-p-x")
+            run_ack, stop_ack = await asyncio.gather(send(run("run-x", "p-x")), send(stop))
+            assert run_ack.accepted and stop_ack.accepted
+            assert stop_ack.reason != "unknown placement"  # it came after the run, not before
+            assert stopped_after_start[0]
+
+            async def state_of_x() -> str:
+                return runner.placements["p-x"].state.state
+
+            await wait_for(state_of_x, lambda state: state == "Cancelled")
+        finally:
+            await nc.close()
+
+
 async def test_duplicate_commands_and_reports_change_nothing(nats_server, sqlite_url, tmp_path):
     async with (
         running_hub(nats_server.url, sqlite_url) as (_, api),

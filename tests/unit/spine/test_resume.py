@@ -145,3 +145,21 @@ async def test_without_a_state_file_nothing_is_written_or_resumed(tmp_path):
     assert not (tmp_path / "placements.json").exists()
     assert await runner.resume() == []
     await runner.stop_all()
+
+
+async def test_starts_that_change_no_restartable_entry_leave_the_state_file_alone(tmp_path):
+    runner = _runner(tmp_path, Recorder())
+    await runner.start("keep", "w1", RunSpec(command=COUNTING, restart_policy="always"))
+    state_file = tmp_path / "placements.json"
+    written = state_file.stat()
+    for n in range(3):  # not restartable: the file's entries do not change, nor does the file
+        await runner.start(f"once-{n}", "w2", RunSpec(command=["true"]))
+    await _until(lambda: all(runner.placements[f"once-{n}"].state.state == "Succeeded" for n in range(3)))
+    after = state_file.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+    assert _stored(tmp_path) == ["keep"]
+    state_file.write_text("{not json")  # set aside by a read: the same entries are written again
+    assert runner._placement_file.read() == []
+    runner._persist()
+    assert _stored(tmp_path) == ["keep"]
+    await runner.stop_all()
