@@ -7,6 +7,7 @@ Without a configuration file the server takes anyone (the test suite's shared se
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -16,7 +17,9 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from edgeplane_contract.errors import EdgeplaneError
@@ -28,6 +31,29 @@ class NatsReloadError(EdgeplaneError, RuntimeError):
     """The server did not confirm that it applied its configuration file."""
 
     code = "nats_reload"
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
+    """What the child runs before exec: SIGTERM when the parent dies (even by SIGKILL), so that
+    a ``controlplane up`` killed hard leaves no nats-server holding its port; it exits at once if
+    the parent is already gone. None where prctl is not there (not Linux). libc is loaded here,
+    in the parent: the child may only make the call."""
+    if sys.platform != "linux":
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def in_child() -> None:
+        prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return in_child
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -96,12 +122,16 @@ class NatsServer:
         command = [binary, "-a", self.host, "-p", str(self.port), "--no_advertise"]
         if self.config_file is not None:
             command += ["-c", str(self.config_file)]
+        # The death signal follows the thread that forks: only the main thread lives as long as
+        # the process (a server started from a worker thread would die with that thread).
+        tied = threading.current_thread() is threading.main_thread()
         try:
             self.process = subprocess.Popen(
                 command,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent(os.getpid()) if tied else None,
             )
         finally:
             if out != subprocess.DEVNULL:
