@@ -114,7 +114,6 @@ class ProcessRunner:
         self.placements: dict[str, RunningPlacement] = {}
         self.tombstones: set[str] = set()  # stopped before they ran: a late run command is refused
         self.shutting_down: set[str] = set()  # stopped by the agent's own shutdown, not by the hub
-        self.state_file = state_file
         self._placement_file = PlacementFile(state_file) if state_file is not None else None
         # What the state file held at start, until resume() decides (kept in the file meanwhile).
         self._undecided: list[SavedPlacement] | None = None
