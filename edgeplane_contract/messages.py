@@ -428,13 +428,17 @@ class InvokeResultV1:
 
 @dataclass(slots=True)
 class PrewarmV1:
-    """Start ``count`` idle instances ahead of predicted arrivals (no-op if already warm)."""
+    """Start instances ahead of predicted arrivals: so that ``count`` exist (no-op if they do),
+    or, with ``spare``, one more unless one is idle with room (a spare for an arrival predicted
+    to overlap the calls in flight; an agent that predates the field ignores it and, with
+    ``count`` 1, starts none beside a running instance)."""
 
     TYPE: ClassVar[str] = "prewarm"
     request_id: str
     code: FunctionCode
     count: int = 1
     keep_alive_s: float = 600.0
+    spare: bool = False
     v: int = SCHEMA_VERSION
 
 

@@ -14,6 +14,11 @@ Model:
   cold-start time early so the instance is warm at the window's start; that loading time counts
   as wasted memory); a new invocation cancels the function's not-yet-started scheduled loads,
   as the policy re-plans from the new invocation's end;
+* headroom (a :class:`~controlplane.serverless.headroom.OverlapPredictor`): right after an
+  arrival takes an instance, if no other instance is free or loading within a cold-start time,
+  the predictor may ask for a spare: it loads at once, is warm a cold-start time later and stays
+  for the hold it gave, unless an arrival takes it (idle instances are taken first; its loading
+  and idle time count as wasted memory);
 * a call-graph pre-warm (from a :class:`~controlplane.serverless.keepalive.PrewarmAdvisor`) loads
   one instance of the successor at the trigger's arrival; it is warm a cold-start time later
   and stays for the advisor's window; an invocation arriving while it loads waits for it (and
@@ -39,6 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from controlplane.serverless.headroom import OverlapPredictor
 from controlplane.serverless.keepalive import KeepAlivePolicy, Policy, PrewarmAdvisor
 from controlplane.serverless.traces import FloatArray, FunctionWorkload, Workload
 
@@ -78,6 +84,7 @@ class FunctionResult:
     extra_latency_s: FloatArray  # per invocation: cold-start wait (0 when warm)
     prewarm_loads: int = 0
     callgraph_prewarms: int = 0
+    spare_loads: int = 0
 
     @property
     def cold_start_rate(self) -> float:
@@ -100,6 +107,7 @@ class SimulationResult:
     callgraph_prewarms: int
     wall_s: float
     functions: list[FunctionResult] = field(repr=False, default_factory=list)
+    spare_loads: int = 0
 
     def summary(self) -> dict[str, float | int]:
         """The JSON-ready metrics (no per-function detail)."""
@@ -113,6 +121,7 @@ class SimulationResult:
             "p99_latency_ms": self.p99_latency_ms,
             "prewarm_loads": self.prewarm_loads,
             "callgraph_prewarms": self.callgraph_prewarms,
+            "spare_loads": self.spare_loads,
             "wall_s": self.wall_s,
         }
 
@@ -157,6 +166,7 @@ def simulate_function(
     cold_start: ColdStartModel | None = None,
     prewarm_times: FloatArray | None = None,
     prewarm_hold_s: float = 60.0,
+    headroom: OverlapPredictor | None = None,
 ) -> FunctionResult:
     """Simulate one function; see the module docstring for the model."""
     fid = fw.function_id
@@ -174,6 +184,10 @@ def simulate_function(
     # Idle or scheduled instances: (memory allocated from, warm from, warm until).
     idle: deque[tuple[float, float, float]] = deque()
     scheduled = 0  # entries in `idle` whose memory is allocated only in the future (may be stale)
+    # Spare instances started by headroom, same tuples; they never count as idle instances for the
+    # keep-alive policy (each stays its own hold) and an arrival takes them after idle ones.
+    spares: list[tuple[float, float, float]] = []
+    spare_loads = 0
     waste = 0.0
     cold = 0
     prewarm_loads = 0
@@ -217,6 +231,15 @@ def simulate_function(
             ms, _, x = idle.popleft()
             waste += max(0.0, min(x, hz) - ms)
 
+        if spares:
+            kept = []
+            for ms, r, x in spares:
+                if x < t:
+                    waste += max(0.0, min(x, hz) - ms)
+                else:
+                    kept.append((ms, r, x))
+            spares = kept
+
         wait = cs
         hit = -1
         for j in range(len(idle) - 1, -1, -1):
@@ -225,17 +248,30 @@ def simulate_function(
                 hit = j
                 wait = 0.0
                 break
-        if hit < 0:
+        spare = -1
+        if hit < 0 and spares:
+            for j in range(len(spares) - 1, -1, -1):
+                if spares[j][1] <= t:
+                    spare = j
+                    wait = 0.0
+                    break
+        if hit < 0 and spare < 0:
             for j in range(len(idle) - 1, -1, -1):
                 ms, r, x = idle[j]
                 if ms <= t < r:
                     hit = j
                     wait = r - t
                     break
+        if hit < 0 and spare < 0 and spares:
+            spare = len(spares) - 1  # still loading (every one of them is, here)
+            wait = spares[spare][1] - t
         if hit >= 0:
             ms = idle[hit][0]
             waste += t - ms
             del idle[hit]
+        elif spare >= 0:
+            waste += t - spares[spare][0]
+            del spares[spare]
         if wait > 0.0:
             cold += 1
             extra[i] = wait
@@ -249,6 +285,13 @@ def simulate_function(
         if end > last_end:
             last_end = end
         observe(fid, t, d, concurrency=len(busy))
+        if headroom is not None:
+            headroom.observe(fid, t, d, concurrency=len(busy))
+            free = len(spares) + sum(1 for e in idle if e[0] <= t + cs)
+            hold = headroom.spare_hold_s(fid, free_instances=free)
+            if hold > 0:
+                spares.append((t, t + cs, t + cs + hold))
+                spare_loads += 1
 
     # Drain: everything still loaded wastes memory until it expires or the horizon.
     while busy:
@@ -258,7 +301,7 @@ def simulate_function(
             r = max(last_end, e) + pw
             idle.append((max(e, r - cs) if pw > 0 else e, r if pw > 0 else e, r + ka))
             prewarm_loads += pw > 0
-    for ms, _, x in idle:
+    for ms, _, x in (*idle, *spares):
         waste += max(0.0, min(x, hz) - ms)
     return FunctionResult(
         fid,
@@ -268,6 +311,7 @@ def simulate_function(
         extra,
         prewarm_loads,
         cg_loads,
+        spare_loads,
     )
 
 
@@ -294,6 +338,7 @@ def simulate(
             cold_start=cold_start,
             prewarm_times=prewarms[i],
             prewarm_hold_s=hold,
+            headroom=pol.headroom,
         )
         for i, f in enumerate(workload.functions)
         if len(f.arrivals_s)
@@ -329,6 +374,7 @@ def _aggregate(
         callgraph_prewarms=sum(r.callgraph_prewarms for r in results),
         wall_s=wall_s,
         functions=results,
+        spare_loads=sum(r.spare_loads for r in results),
     )
 
 

@@ -124,6 +124,10 @@ class Invoker:
         for successor in successors:
             if successor in self.registry.specs and successor != name:
                 self._spawn(self.warmth.prewarm(successor, reason="call graph"))
+        spare_hold_s = self.warmth.spare_hold_s(spec)
+        if spare_hold_s > 0:
+            # The next arrival is predicted to come while this one holds the last free instance.
+            self._spawn(self.warmth.prewarm(name, reason="predicted overlap", spare_hold_s=spare_hold_s))
         tried: set[str] = set()
         outcome: InvocationOutcome | None = None
         not_started: InvocationOutcome | None = None

@@ -37,9 +37,11 @@ Policies:
     ``hybrid`` (trusting a short history early when its idle times are all alike, i.e. a timer)
     with multi-instance rules: extra instances (burst capacity) are held through a long window
     only when the gaps between bursts are regular, else at most the baseline's 10 minutes; plus
-    a reactive pool of standby instances after concurrency spikes (:class:`BurstPool`) and a
-    call-graph pre-warmer (:class:`CallGraphAdvisor`). ``edgeplane-no-callgraph`` and
-    ``edgeplane-no-pool`` switch one extra off each, so its effect can be measured.
+    a reactive pool of standby instances after concurrency spikes (:class:`BurstPool`), a
+    call-graph pre-warmer (:class:`CallGraphAdvisor`) and headroom: a spare instance started when
+    an arrival takes the last free one and the next arrival is predicted to overlap
+    (:class:`OverlapPredictor`). ``edgeplane-no-callgraph``, ``edgeplane-no-pool`` and
+    ``edgeplane-no-headroom`` switch one extra off each, so its effect can be measured.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from edgeplane_contract.errors import EdgeplaneError
 from controlplane.serverless.burst import BurstPool, BurstPoolConfig, EdgeplaneKeepAlive
 from controlplane.serverless.callgraph import CallGraphAdvisor, CallGraphConfig
 from controlplane.serverless.fixed import FixedKeepAlive
+from controlplane.serverless.headroom import HeadroomConfig, OverlapPredictor
 from controlplane.serverless.hybrid import HybridConfig, HybridHistogramPolicy, IdleTimeHistogram
 from controlplane.serverless.window import KeepAlivePolicy, PrewarmAdvisor, Window
 
@@ -63,10 +66,12 @@ __all__ = [
     "CallGraphConfig",
     "EdgeplaneKeepAlive",
     "FixedKeepAlive",
+    "HeadroomConfig",
     "HybridConfig",
     "HybridHistogramPolicy",
     "IdleTimeHistogram",
     "KeepAlivePolicy",
+    "OverlapPredictor",
     "Policy",
     "PrewarmAdvisor",
     "UnknownPolicyError",
@@ -88,40 +93,57 @@ class UnknownPolicyError(EdgeplaneError, ValueError):
 
 @dataclass(slots=True)
 class Policy:
-    """A keep-alive policy and, optionally, a pre-warm advisor, under one name.
+    """A keep-alive policy and, optionally, a pre-warm advisor and a headroom predictor, under
+    one name.
 
     The live hub calls :meth:`observe_invocation` on every invocation (in arrival order) and
-    pre-warms the functions it returns; on every instance release it asks
+    pre-warms the functions it returns, then asks :meth:`spare_hold_s` whether to start a spare
+    instance of the invoked function; on every instance release it asks
     ``keepalive.release_window``.
     """
 
     name: str
     keepalive: KeepAlivePolicy
     advisor: PrewarmAdvisor | None = None
+    headroom: OverlapPredictor | None = None
 
     def observe_invocation(
         self, function_id: str, t_s: float, duration_s: float = 0.0, *, concurrency: int = 1
     ) -> tuple[str, ...]:
-        """Feed both parts; returns the functions to pre-warm now."""
+        """Feed every part; returns the functions to pre-warm now."""
         self.keepalive.observe_invocation(function_id, t_s, duration_s, concurrency=concurrency)
+        if self.headroom is not None:
+            self.headroom.observe(function_id, t_s, duration_s, concurrency=concurrency)
         if self.advisor is None:
             return ()
         return self.advisor.observe_invocation(function_id, t_s)
 
+    def spare_hold_s(self, function_id: str, *, free_instances: int) -> float:
+        """After an arrival (observed): how long to hold a spare instance started now (0: none)."""
+        if self.headroom is None:
+            return 0.0
+        return self.headroom.spare_hold_s(function_id, free_instances=free_instances)
 
-def _edgeplane(name: str, *, call_graph: bool, pool: bool) -> Policy:
+
+def _edgeplane(name: str, *, call_graph: bool = True, pool: bool = True, headroom: bool = True) -> Policy:
     hybrid = HybridHistogramPolicy(HybridConfig(early_span_bins=2), name=name)
     ka = EdgeplaneKeepAlive(hybrid, BurstPool() if pool else None, name=name)
-    return Policy(name, ka, CallGraphAdvisor() if call_graph else None)
+    return Policy(
+        name,
+        ka,
+        CallGraphAdvisor() if call_graph else None,
+        OverlapPredictor(HeadroomConfig()) if headroom else None,
+    )
 
 
 _FACTORIES: dict[str, Callable[[], Policy]] = {
     "fixed-10m": lambda: Policy("fixed-10m", FixedKeepAlive(600.0, name="fixed-10m")),
     "no-keepalive": lambda: Policy("no-keepalive", FixedKeepAlive(0.0, name="no-keepalive")),
     "hybrid": lambda: Policy("hybrid", HybridHistogramPolicy()),
-    "edgeplane": lambda: _edgeplane("edgeplane", call_graph=True, pool=True),
-    "edgeplane-no-callgraph": lambda: _edgeplane("edgeplane-no-callgraph", call_graph=False, pool=True),
-    "edgeplane-no-pool": lambda: _edgeplane("edgeplane-no-pool", call_graph=True, pool=False),
+    "edgeplane": lambda: _edgeplane("edgeplane"),
+    "edgeplane-no-callgraph": lambda: _edgeplane("edgeplane-no-callgraph", call_graph=False),
+    "edgeplane-no-pool": lambda: _edgeplane("edgeplane-no-pool", pool=False),
+    "edgeplane-no-headroom": lambda: _edgeplane("edgeplane-no-headroom", headroom=False),
 }
 
 POLICY_NAMES: tuple[str, ...] = tuple(_FACTORIES)

@@ -4,6 +4,8 @@ Instances are known from the agents' heartbeats plus what the hub dispatched sin
 :class:`~controlplane.serverless.keepalive.Policy` learns from every arrival; it sets each
 instance's keep-alive (shorter on battery-powered nodes) and, when it predicts the next arrival is
 far, lets the instance go and has one pre-warmed shortly before that arrival (a timer per function).
+When an arrival takes the last free instance and the policy's headroom predictor expects the next
+one to overlap, a spare instance is started at once and held briefly (:meth:`Warmth.spare_hold_s`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ __all__ = ["Spawn", "Warmth"]
 
 log = logging.getLogger("edgeplane.hub.functions")
 
+# A spare asked for counts as a free instance this long, until heartbeats show it (or not).
+SPARE_PENDING_S = 2.0
+
 # Runs a coroutine as a task the function service stops with itself.
 Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
 
@@ -68,6 +73,7 @@ class Warmth:
         # on the node (a task per invocation to wait on an Event cost more than the wait).
         self._node_lost: dict[str, asyncio.Future[None]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._spare_asked: dict[str, float] = {}  # function -> when a spare was last asked for
 
     def stop(self) -> None:
         """Cancel the pending pre-warm timers."""
@@ -153,6 +159,34 @@ class Warmth:
             name, now, self.estimates.exec_ms(name) / 1000, concurrency=concurrency
         )
 
+    def free_instances(self, spec: FunctionSpec) -> int:
+        """Slots of ``spec``'s instances (starting ones included) not taken by invocations in
+        flight, over every node, plus a spare asked for in the last ``SPARE_PENDING_S`` (not in a
+        heartbeat yet)."""
+        asked = self._spare_asked.get(spec.name)
+        free = int(asked is not None and time.monotonic() - asked < SPARE_PENDING_S)
+        for node, known in self.instances.items():
+            mine = [i for i in known.values() if (i.function, i.version) == (spec.name, spec.version)]
+            if not mine:
+                continue
+            assert spec.version is not None
+            taken = max(sum(i.in_flight for i in mine), self.in_flight[(node, spec.name, spec.version)])
+            free += max(0, sum(i.max_concurrency for i in mine) - taken)
+        return free
+
+    def spare_hold_s(self, spec: FunctionSpec) -> float:
+        """Right after an arrival of ``spec`` was observed: how long to hold a spare instance
+        started now (0: none), as the policy's headroom predictor says; the arrival itself is
+        about to take one of the free slots."""
+        headroom = self.policy.headroom
+        if headroom is None or headroom.overlap_probability(spec.name) < headroom.config.threshold:
+            return 0.0  # no need to count the free instances (the common case of a lone caller)
+        free = max(0, self.free_instances(spec) - 1)
+        hold = self.policy.spare_hold_s(spec.name, free_instances=free)
+        if hold > 0:
+            self._spare_asked[spec.name] = time.monotonic()
+        return hold
+
     def keep_alive(self, spec: FunctionSpec, node: str, now: float) -> tuple[float, float]:
         """(keep-alive to send with this invocation, pre-warm delay after it ends or 0)."""
         window = self.policy.keepalive.release_window(
@@ -181,9 +215,15 @@ class Warmth:
         if timer is not None:
             timer.cancel()
 
-    async def prewarm(self, name: str, *, count: int = 1, reason: str = "") -> PrewarmAckV1 | None:
-        """Have ``count`` instances of the latest version warm on the best node for a cold start."""
-        self._timers.pop(name, None)
+    async def prewarm(
+        self, name: str, *, count: int = 1, reason: str = "", spare_hold_s: float | None = None
+    ) -> PrewarmAckV1 | None:
+        """Have ``count`` instances of the latest version warm on the best node for a cold start.
+
+        ``spare_hold_s``: start one more instance there unless one is idle with room (a spare for
+        a predicted overlap) and keep it that long unless it is used."""
+        if spare_hold_s is None:
+            self._timers.pop(name, None)
         try:
             spec = self._resolve(name)
         except NotFoundError:
@@ -194,11 +234,20 @@ class Warmth:
             return None
         node = decision.node
         live = self.hub.nodes[node]
-        window = self.policy.keepalive.release_window(name, asyncio.get_running_loop().time())
-        keep = min(window.keep_alive_s or self.settings.max_keep_alive_s, self.settings.max_keep_alive_s)
+        if spare_hold_s is None:
+            window = self.policy.keepalive.release_window(name, asyncio.get_running_loop().time())
+            keep = min(window.keep_alive_s or self.settings.max_keep_alive_s, self.settings.max_keep_alive_s)
+        else:
+            keep = min(spare_hold_s, self.settings.max_keep_alive_s)
         if live.power_source == "battery":
             keep *= self.settings.battery_keep_alive_factor
-        request = PrewarmV1(request_id=uuid.uuid4().hex, code=spec.code(), count=count, keep_alive_s=keep)
+        request = PrewarmV1(
+            request_id=uuid.uuid4().hex,
+            code=spec.code(),
+            count=count,
+            keep_alive_s=keep,
+            spare=spare_hold_s is not None,
+        )
         try:
             data = await self.hub.bus.request(
                 live.cluster,
@@ -210,6 +259,6 @@ class Warmth:
         except Exception as exc:
             log.info("pre-warm of %s on %s failed: %s", name, node, exc)
             return None
-        self.counters["prewarms"] += ack.started
+        self.counters["spares" if spare_hold_s is not None else "prewarms"] += ack.started
         log.debug("pre-warmed %s on %s (%s): %d started", name, node, reason, ack.started)
         return ack

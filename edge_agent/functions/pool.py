@@ -404,17 +404,23 @@ class FunctionPool:
         return True
 
     async def prewarm(self, request: PrewarmV1) -> int:
-        """Start instances so that ``count`` exist (warm or starting); returns how many were started."""
+        """Start instances so that ``count`` exist (warm or starting), or with ``spare`` one more
+        unless one is idle with room; returns how many were started."""
         code = request.code
         why = self.unavailable(code)
         if why is not None:
             raise RuntimeError(why)
         await self._drain_old_versions(code)
         have = [i for i in self.instances.values() if i.key == (code.name, code.version)]
-        for instance in have:
-            instance.keep_alive_s = max(instance.keep_alive_s, request.keep_alive_s)
+        if request.spare:
+            # A starting instance does not count: a cold call is most likely waiting on it.
+            wanted = 0 if any(i.state == "idle" and i.has_room() for i in have) else 1
+        else:
+            for instance in have:
+                instance.keep_alive_s = max(instance.keep_alive_s, request.keep_alive_s)
+            wanted = max(0, request.count - len(have))
         started = 0
-        for _ in range(max(0, request.count - len(have))):
+        for _ in range(wanted):
             if not self._make_room(code.memory):
                 break
             instance = await self._spawn(code, request.keep_alive_s)
