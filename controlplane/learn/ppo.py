@@ -31,16 +31,21 @@ from controlplane.learn.observe import BoolMask, FloatObs
 
 __all__ = [
     "INSTALL_HINT",
+    "VEC_BACKENDS",
     "MissingTrainDeps",
     "PPOConfig",
     "export_weights",
     "load_policy",
+    "make_vec_env",
     "plot_curve",
     "require",
     "train",
 ]
 
 INSTALL_HINT = "pip install -e '.[train]'"
+
+VEC_BACKENDS = ("subproc", "dummy", "ray")
+"""Where the training environments run (:func:`make_vec_env`)."""
 
 
 class MissingTrainDeps(RuntimeError):
@@ -66,7 +71,10 @@ class PPOConfig:
     timesteps: int = 100_000
     n_envs: int = 2
     vec: str = "subproc"
-    """``subproc`` (local subprocesses, the default) or ``dummy`` (in this process)."""
+    """``subproc`` (local subprocesses, the default), ``dummy`` (in this process) or ``ray``
+    (Ray actors: :mod:`.ray_vec`, the ``[ray]`` extra)."""
+    ray_address: str | None = None
+    """With ``vec="ray"``: the Ray cluster to run the environments on (None: a local Ray)."""
     max_nodes: int = 16
     hidden: int = 64
     n_steps: int = 512
@@ -89,8 +97,10 @@ class PPOConfig:
     curriculum: Curriculum = field(default_factory=Curriculum)
 
     def __post_init__(self) -> None:
-        if self.vec not in ("subproc", "dummy"):
-            raise ValueError("vec must be 'subproc' or 'dummy'")
+        if self.vec not in VEC_BACKENDS:
+            raise ValueError(f"vec must be one of {', '.join(VEC_BACKENDS)}")
+        if self.ray_address is not None and self.vec != "ray":
+            raise ValueError("ray_address needs vec 'ray'")
         for name in ("n_envs", "n_steps", "batch_size", "n_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
@@ -122,6 +132,21 @@ def _env_factory(cfg: PPOConfig) -> Callable[[], Any]:
     return make
 
 
+def make_vec_env(backend: str, factories: list[Callable[[], Any]], *, ray_address: str | None = None) -> Any:
+    """A vector of the environments ``factories`` build, run by ``backend`` (:data:`VEC_BACKENDS`)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    if backend == "subproc":
+        return SubprocVecEnv(factories)
+    if backend == "dummy":
+        return DummyVecEnv(factories)
+    if backend == "ray":
+        from controlplane.learn.ray_vec import RayVecEnv
+
+        return RayVecEnv(factories, address=ray_address)
+    raise ValueError(f"unknown vec backend {backend!r}; known: {', '.join(VEC_BACKENDS)}")
+
+
 def _single_thread() -> None:
     """One torch thread: the machine is shared, and threads would make runs non-reproducible."""
     import torch as th
@@ -135,14 +160,17 @@ def train(cfg: PPOConfig, out: Path, log: Callable[[str], None] = print) -> dict
     require()
     _single_thread()
     from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     from controlplane.learn.slot_policy import SlotPolicy
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     factories = [_env_factory(cfg) for _ in range(cfg.n_envs)]
-    venv = SubprocVecEnv(factories) if cfg.vec == "subproc" else DummyVecEnv(factories)
+    if cfg.vec == "ray":
+        from controlplane.learn.ray_vec import require_ray
+
+        require_ray()
+    venv = make_vec_env(cfg.vec, factories, ray_address=cfg.ray_address)
     try:
         model = MaskablePPO(
             SlotPolicy,

@@ -123,7 +123,14 @@ def _ppo_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--horizon", type=float, default=900.0, help="measured seconds per training episode")
     g.add_argument("--n-envs", type=int, default=2, help="rollout environments")
     g.add_argument(
-        "--vec", choices=("subproc", "dummy"), default="subproc", help="subprocesses or in-process"
+        "--vec",
+        choices=("subproc", "dummy", "ray"),
+        default="subproc",
+        help="where the environments run: local subprocesses, in-process, or Ray actors ([ray] extra)",
+    )
+    g.add_argument(
+        "--ray-address",
+        help="with --vec ray: the Ray cluster to join (e.g. auto, ray://head:10001); default a local Ray",
     )
     g.add_argument("--bc-decisions", type=int, default=20_000, help="heuristic decisions to clone (0: no BC)")
     g.add_argument("--max-wall", type=float, help="stop PPO once the run has taken this many seconds")
@@ -178,14 +185,18 @@ def _held_out(n_seeds: int, keep_cases: bool = False) -> Any:
 def _train_ppo(args: argparse.Namespace) -> int:
     from controlplane.learn.curriculum import Curriculum
     from controlplane.learn.ppo import MissingTrainDeps, PPOConfig, require, train
+    from controlplane.learn.ray_vec import MissingRay, require_ray
 
     try:
         require()
+        if args.vec == "ray":
+            require_ray()
         cfg = PPOConfig(
             seed=args.seed,
             timesteps=args.timesteps,
             n_envs=args.n_envs,
             vec=args.vec,
+            ray_address=args.ray_address,
             bc_decisions=args.bc_decisions,
             max_wall_s=args.max_wall,
             ent_decay_steps=args.ent_decay_steps,
@@ -197,7 +208,7 @@ def _train_ppo(args: argparse.Namespace) -> int:
                 horizon_s=args.horizon,
             ),
         )
-    except (MissingTrainDeps, ValueError) as exc:
+    except (MissingTrainDeps, MissingRay, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     train(cfg, Path(args.out), log=_say)

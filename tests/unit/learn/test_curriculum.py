@@ -164,6 +164,15 @@ def test_the_cli_says_what_to_install(
     assert "--model" in capsys.readouterr().err
 
 
+def test_missing_ray_is_one_line_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    from controlplane.learn.ray_vec import RAY_HINT, MissingRay, require_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MissingRay, match="Ray") as err:
+        require_ray()
+    assert RAY_HINT in str(err.value) and "\n" not in str(err.value)
+
+
 def test_the_cli_rejects_bad_lists(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["policy", "train", "--algo", "ppo", "--loads", "1.3,x"])
@@ -177,4 +186,4 @@ def test_ppo_config_round_trips_and_schedules_the_entropy_bonus() -> None:
     with pytest.raises(ValueError, match="timesteps"):
         PPOConfig(timesteps=-1)
     with pytest.raises(ValueError, match="vec"):
-        PPOConfig(vec="ray")
+        PPOConfig(vec="threads")
