@@ -14,6 +14,7 @@ from typing import Any
 __all__ = ["LEARNED_RUN", "configure", "run"]
 
 LEARNED_RUN = "edgeplane-ppo"
+CANARY_RUN = "edgeplane-canary"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +63,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="an exported PPO placement policy (ONNX, `policy export --algo ppo`): adds the run "
         f"{LEARNED_RUN!r}, the edgeplane profile with the model choosing each replica's node",
+    )
+    parser.add_argument(
+        "--canary-model",
+        default=None,
+        metavar="FILE",
+        help=f"a placement policy (ONNX, as --placement-model) rolled out as a canary: adds the run "
+        f"{CANARY_RUN!r}, the edgeplane profile with a growing share of workloads placed by the model, "
+        "promoted or rolled back by the anomaly-score controller (controlplane/rollout)",
+    )
+    parser.add_argument(
+        "--canary-steps",
+        default="0.05,0.25,0.5,1",
+        help="the canary's share of new workloads, step by step (default 0.05,0.25,0.5,1)",
+    )
+    parser.add_argument("--canary-dwell", type=float, default=900.0, help="seconds per step (default 900)")
+    parser.add_argument(
+        "--canary-threshold", type=float, default=0.25, help="anomaly score that rolls back (default 0.25)"
+    )
+    parser.add_argument(
+        "--canary-sustain",
+        type=float,
+        default=300.0,
+        help="seconds the score must stay over the threshold to roll back (default 300)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument(
@@ -203,12 +227,19 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"--placement-model: {exc}")
         register_scheduler(LEARNED_RUN, "edgeplane")
         choosers[LEARNED_RUN] = lambda sched: LearnedChooser(model).attach(sched)
+    if args.canary_model is not None:
+        canary = _canary(args)
+        if isinstance(canary, str):
+            return _fail(canary)
+        register_scheduler(CANARY_RUN, "edgeplane")
+        choosers[CANARY_RUN] = canary
     if args.schedulers is None:
         names = default_schedulers(args.preset)
     else:
         names = [n.strip() for n in args.schedulers.split(",") if n.strip()]
-    if choosers and LEARNED_RUN not in names:
-        names.append(LEARNED_RUN)
+    for run in choosers:
+        if run not in names:
+            names.append(run)
     if not names:
         return _fail("--schedulers is empty")
     unknown = [n for n in names if n not in SCHEDULERS]
@@ -226,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"scheduler {name!r}: {exc}")
     if args.trace is not None:
         if choosers:
-            return _fail("--placement-model does not apply to --trace yet: use a --preset")
+            return _fail("--placement-model and --canary-model do not apply to --trace yet: use a --preset")
         return _run_trace(args, names)
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         return _fail("--plot needs matplotlib, which is an optional extra: pip install 'edgeplane[plot]'")
@@ -250,6 +281,10 @@ def run(args: argparse.Namespace) -> int:
         choosers=choosers,
     )
     print(format_table(report))
+    canary_report = report["runs"].get(CANARY_RUN, {}).get("chooser")
+    if canary_report is not None:
+        print()
+        print(format_canary(canary_report))
     if "battery_comparison" in report:
         print()
         print(format_battery_comparison(report["battery_comparison"], report["runs"]))
@@ -266,3 +301,46 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
+
+
+def _canary(args: argparse.Namespace) -> Callable[[Any], Any] | str:
+    """The canary run's chooser factory, or what is wrong with the options (one line)."""
+    from controlplane.learn.chooser import LearnedChooser, PlacementModelError, load_session
+    from controlplane.rollout import CanaryChooser, CanaryController, RolloutConfig
+
+    model = Path(args.canary_model)
+    try:
+        load_session(model)
+    except PlacementModelError as exc:
+        return f"--canary-model: {exc}"
+    try:
+        steps = tuple(float(x) for x in args.canary_steps.split(",") if x.strip())
+        config = RolloutConfig(
+            steps=steps,
+            dwell_s=args.canary_dwell,
+            threshold=args.canary_threshold,
+            sustain_s=args.canary_sustain,
+        )
+    except ValueError as exc:
+        return f"--canary-steps/--canary-dwell/--canary-threshold/--canary-sustain: {exc}"
+
+    def attach(sched: Any) -> Any:
+        return CanaryChooser(LearnedChooser(model), CanaryController(config)).attach(sched)
+
+    return attach
+
+
+def format_canary(described: Mapping[str, Any]) -> str:
+    """The canary's timeline, a line per decision."""
+    decisions = described.get("decisions", {})
+    lines = [
+        f"canary: {described['state']} (placements: {decisions.get('canary', 0)} canary, "
+        f"{decisions.get('control', 0)} control)"
+    ]
+    for e in described["events"]:
+        base = "-" if e["baseline"] is None else f"{e['baseline']:.3f}"
+        lines.append(
+            f"  t={e['t_s']:>8.0f} s  {e['kind']:<8} share {e['fraction']:>4.0%}  canary score "
+            f"{e['canary_score']:.2f}  control score {e['control_score']:.2f}  baseline {base}  {e['reason']}"
+        )
+    return "\n".join(lines)

@@ -138,6 +138,8 @@ class Simulation:
             registry=plugins,
         )
         self.sched.chooser = chooser
+        # Told of every workload as it ends: (id, latency or None if it never finished, SLA, now).
+        self.on_resolved: Callable[[str, float | None, float | None, float], None] | None = None
         self.rng = np.random.default_rng([seed, 7])
         self.nodes, places = build_fleet(preset, self.sched, self.truth.power_specs)
         self.by_name = {node.name: node for node in self.nodes}
@@ -408,6 +410,9 @@ class Simulation:
             return
         task.resolved = True
         spec = task.spec
+        if self.on_resolved is not None:
+            done = None if task.dropped or task.done_at is None else task.done_at - spec.arrival_s
+            self.on_resolved(spec.id, done, spec.sla_s, self.now)
         if spec.measured:
             self.measured_resolved += 1
             if task.full_start is None:

@@ -180,6 +180,7 @@ def run_comparison(
             physics=physics,
         )
         chooser = choosers[name](sim.sched) if choosers and name in choosers else None
+        sim.on_resolved = getattr(chooser, "on_resolved", None)  # a canary's outcomes
         results[run_name] = summarise(sim.run())
         if chooser is not None and hasattr(chooser, "describe"):
             results[run_name]["chooser"] = chooser.describe()

@@ -1,0 +1,164 @@
+"""The canary controller: steps a canary group up on a schedule, promotes it, or rolls it back
+when its anomaly score against the production (control) group stays over a threshold while the
+control group's own does not.
+
+Both groups report one sample per finished workload (higher = worse, e.g. latency over SLA).
+The baseline is the control group's: the 95th percentile of its latest 300 samples
+(:class:`~.anomaly.AnomalyWindow`). A group's *current* value is the same percentile over its
+latest ``recent`` samples (tail against tail: a policy that makes one workload in ten miss its
+SLA hardly moves a mean, but it moves the tail). The canary's score is that of its current value
+against the control's baseline; the control's score, that of the control's own current value
+against the same baseline (it rises when something hits the whole fleet, which is not the
+canary's fault).
+
+Pure and clocked by the caller (simulated or wall seconds); every decision is a
+:class:`RolloutEvent` in :attr:`CanaryController.events`, with the scores that made it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from controlplane.rollout.anomaly import AnomalyWindow
+
+__all__ = ["CanaryController", "Group", "RolloutConfig", "RolloutEvent", "RolloutState"]
+
+Group = Literal["canary", "control"]
+RolloutState = Literal["canary", "promoted", "rolled_back"]
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutConfig:
+    """``steps``: the canary's share of new workloads, step by step (each in (0, 1], rising);
+    each is held ``dwell_s`` and until the canary has ``min_samples`` outcomes in it, then the
+    next one starts, and after the last the canary is promoted. A rollback needs the canary's
+    score over ``threshold`` for ``sustain_s`` while the control's is not."""
+
+    steps: tuple[float, ...] = (0.05, 0.25, 0.5, 1.0)
+    dwell_s: float = 900.0
+    threshold: float = 0.25
+    sustain_s: float = 300.0
+    window: int = 300
+    percentile: float = 95.0
+    recent: int = 30
+    min_samples: int = 30
+
+    def __post_init__(self) -> None:
+        if not self.steps or any(not 0.0 < s <= 1.0 for s in self.steps):
+            raise ValueError("steps: each share must be in (0, 1]")
+        if any(b <= a for a, b in zip(self.steps, self.steps[1:], strict=False)):
+            raise ValueError("steps must rise")
+        if self.dwell_s < 0 or self.sustain_s < 0:
+            raise ValueError("dwell_s and sustain_s must be >= 0")
+        if self.threshold <= 0:
+            raise ValueError("threshold must be > 0")
+        if self.recent < 1 or self.min_samples < 1 or self.window < 1:
+            raise ValueError("recent, min_samples and window must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutEvent:
+    """One decision: ``start``, ``step``, ``promote`` or ``rollback``."""
+
+    t_s: float
+    kind: str
+    fraction: float
+    canary_score: float
+    control_score: float
+    baseline: float | None
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class CanaryController:
+    """See the module docstring."""
+
+    def __init__(self, config: RolloutConfig | None = None, *, start_s: float = 0.0) -> None:
+        self.config = cfg = config or RolloutConfig()
+        self.state: RolloutState = "canary"
+        self.step = 0
+        self.fraction = cfg.steps[0]
+        self._step_started = start_s
+        self._step_samples = 0
+        self._control = AnomalyWindow(cfg.window, cfg.percentile)
+        self._recent: dict[Group, deque[float]] = {
+            "canary": deque(maxlen=cfg.recent),
+            "control": deque(maxlen=cfg.recent),
+        }
+        self._anomalous_since: float | None = None
+        self.scores = (0.0, 0.0)
+        self.samples: dict[Group, int] = {"canary": 0, "control": 0}
+        self.events: list[RolloutEvent] = [
+            RolloutEvent(start_s, "start", self.fraction, 0.0, 0.0, None, f"canary at {self.fraction:.0%}")
+        ]
+
+    def observe(self, group: Group, value: float, t_s: float) -> None:
+        """One outcome of a workload of ``group`` at ``t_s``; may step, promote or roll back."""
+        self._recent[group].append(value)
+        self.samples[group] += 1
+        if group == "control":
+            self._control.add(value)
+        else:
+            self._step_samples += 1
+        self.evaluate(t_s)
+
+    def evaluate(self, t_s: float) -> None:
+        """Judge now (called by :meth:`observe`; call it on a clock tick too)."""
+        if self.state != "canary":
+            return
+        cfg = self.config
+        canary, control = self._recent["canary"], self._recent["control"]
+        if len(self._control) < cfg.min_samples or len(canary) < min(cfg.recent, cfg.min_samples):
+            return
+        canary_score = self._control.score(self._current(canary))
+        control_score = self._control.score(self._current(control))
+        self.scores = (canary_score, control_score)
+        if canary_score > cfg.threshold and control_score <= cfg.threshold:
+            if self._anomalous_since is None:
+                self._anomalous_since = t_s
+            if t_s - self._anomalous_since >= cfg.sustain_s:
+                self._decide(
+                    t_s,
+                    "rollback",
+                    0.0,
+                    f"canary score {canary_score:.2f} over {cfg.threshold:g} for "
+                    f"{t_s - self._anomalous_since:.0f} s while the control's was {control_score:.2f}",
+                )
+                self.state = "rolled_back"
+            return
+        self._anomalous_since = None
+        if t_s - self._step_started < cfg.dwell_s or self._step_samples < cfg.min_samples:
+            return
+        if self.step + 1 < len(cfg.steps):
+            self.step += 1
+            self._step_started, self._step_samples = t_s, 0
+            self._decide(t_s, "step", cfg.steps[self.step], f"no anomaly for {cfg.dwell_s:g} s")
+        else:
+            self.state = "promoted"
+            self._decide(t_s, "promote", 1.0, f"every step held without an anomaly ({len(cfg.steps)} steps)")
+
+    def _current(self, recent: deque[float]) -> float:
+        return float(np.percentile(np.fromiter(recent, dtype=np.float64), self.config.percentile))
+
+    def _decide(self, t_s: float, kind: str, fraction: float, reason: str) -> None:
+        self.fraction = fraction
+        self.events.append(
+            RolloutEvent(
+                t_s, kind, fraction, self.scores[0], self.scores[1], self._control.baseline(), reason
+            )
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """State, share, sample counts and the timeline (for reports)."""
+        return {
+            "state": self.state,
+            "fraction": self.fraction,
+            "samples": dict(self.samples),
+            "events": [e.to_dict() for e in self.events],
+        }
