@@ -61,7 +61,9 @@ async def connect_nats(
     forever. Raises NatsUnavailableError when no server answered in time, and at once when the
     server refuses this client's credentials (retrying would not help).
 
-    ``seed``: the nkey seed to authenticate with (None: anonymous); ``inbox_prefix``: where the
+    ``url``: one server, or several comma-separated (servers of one cluster: nats-py connects
+    to one and fails over to the others). ``seed``: the nkey seed to authenticate with (None:
+    anonymous); ``inbox_prefix``: where the
     replies to this connection's requests arrive (a node's permissions allow only its own);
     ``tls``: the client context for a ``tls://`` server.
     """
@@ -109,7 +111,7 @@ async def connect_nats(
     nc = NATS()
     connecting = asyncio.ensure_future(
         nc.connect(
-            servers=[url],
+            servers=[u.strip() for u in url.split(",") if u.strip()],
             name=name,
             connect_timeout=2,
             allow_reconnect=True,

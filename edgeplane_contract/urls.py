@@ -8,7 +8,10 @@ __all__ = ["mask_url"]
 
 
 def mask_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (for banners and logs)."""
+    """The URL with any password replaced by ``***`` (for banners and logs); a comma-separated
+    list of URLs (several servers) is masked URL by URL."""
+    if "," in url:
+        return ",".join(mask_url(part) for part in url.split(","))
     try:
         parts = urlsplit(url)
     except ValueError:

@@ -11,6 +11,14 @@ to everything; each enrolled node has its own nkey, which may only
 
 Anything else is refused by the server ("Permissions Violation"); a client without a known nkey
 cannot connect at all. See docs/security.md, "NATS identities and permissions".
+
+An edge site may sit behind a **leaf node** (a nats-server of its own that its agents connect
+to, joined to the hub side's servers by one outbound connection): the leaf server admits the
+site's agents with the same per-node permissions (:func:`render_leaf_config`), and the hub side
+admits the leaf connection as a :class:`SiteIdentity` whose permissions
+(:func:`site_permissions`) cover its one cluster's agent subjects only. What the leaf may
+publish is what flows into the hub side; what it may subscribe to is what flows out to it: a
+compromised site server still cannot speak for another cluster.
 """
 
 from __future__ import annotations
@@ -19,19 +27,24 @@ import base64
 import binascii
 import json
 import re
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from edgeplane_contract.messages import Subjects, valid_token
 
 __all__ = [
+    "ClusterRoutes",
     "NodeIdentity",
     "Permissions",
     "ServerTls",
+    "SiteIdentity",
     "agent_inbox_prefix",
     "agent_permissions",
     "hub_permissions",
+    "render_leaf_config",
     "render_server_config",
+    "site_permissions",
     "valid_public_key",
 ]
 
@@ -48,6 +61,27 @@ class NodeIdentity:
     cluster: str
     prefix: str
     public_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class SiteIdentity:
+    """A site's leaf-node connection as the hub side sees it: one nkey bound to one cluster."""
+
+    cluster: str
+    prefix: str
+    public_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRoutes:
+    """This server's place in a cluster of hub-side servers: the cluster's name, where this
+    server listens for routes, the other servers' route addresses, and where it accepts leaf
+    nodes."""
+
+    name: str
+    listen: tuple[str, int]
+    routes: tuple[tuple[str, int], ...]
+    leafnodes: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,18 +160,50 @@ def agent_permissions(identity: NodeIdentity) -> Permissions:
     )
 
 
+def site_permissions(site: SiteIdentity) -> Permissions:
+    """What a site's leaf connection may carry, from the hub side: its cluster's agent -> hub
+    subjects and replies to the hub's requests in, its cluster's hub -> agent subjects, the hub's
+    hello and its agents' reply inboxes out. Another cluster's subjects never cross it."""
+    subjects = Subjects(cluster=site.cluster, prefix=site.prefix)
+    return Permissions(
+        publish=(
+            subjects.agent_wildcard("register"),
+            subjects.agent_wildcard("heartbeat"),
+            subjects.agent_wildcard("report"),
+            "_INBOX.>",  # the agents' answers to the hub's requests (each agent: allow_responses)
+        ),
+        subscribe=(
+            subjects.agent_wildcard("cmd"),
+            subjects.agent_wildcard("fn.invoke"),
+            subjects.agent_wildcard("fn.prewarm"),
+            subjects.agent_wildcard("fn.query"),
+            subjects.agent_wildcard("logs"),
+            subjects.agent_wildcard("fn.retire"),
+            subjects.agent_wildcard("bid"),
+            subjects.agent_wildcard("decisions"),
+            subjects.hub_hello(),
+            f"_INBOX_{site.cluster}.>",
+        ),
+    )
+
+
 def render_server_config(
     *,
     hub_public_key: str,
     nodes: Iterable[NodeIdentity],
     listen: tuple[str, int] | None = None,
     tls: ServerTls | None = None,
+    sites: Iterable[SiteIdentity] = (),
+    cluster: ClusterRoutes | None = None,
 ) -> str:
-    """A nats-server configuration: the hub's and every node's nkey with its permissions.
+    """A nats-server configuration: the hub's and every node's nkey with its permissions, and
+    each site's leaf-node nkey with :func:`site_permissions`.
 
     Without ``listen`` only the ``authorization`` block (and ``tls``) is rendered: what an
-    operator includes in an external server's own configuration. Raises ValueError on a
-    malformed key, name or prefix: nothing unchecked is ever written into the file.
+    operator includes in an external server's own configuration. ``cluster``: this server is one
+    of a cluster of hub-side servers (``cluster`` block with its routes, ``leafnodes`` where the
+    sites' leaf nodes connect). Raises ValueError on a malformed key, name, prefix or address:
+    nothing unchecked is ever written into the file.
     """
     if not valid_public_key(hub_public_key):
         raise ValueError(f"hub public key {hub_public_key!r} is not an nkey user public key")
@@ -149,12 +215,28 @@ def render_server_config(
             raise ValueError(f"public key of node {identity.node!r} is used twice")
         seen.add(identity.public_key)
         users.append({"nkey": identity.public_key, "permissions": agent_permissions(identity).to_config()})
+    for site in sorted(sites, key=lambda s: s.cluster):
+        _check_site(site)
+        if site.public_key in seen:
+            raise ValueError(f"public key of site {site.cluster!r} is used twice")
+        seen.add(site.public_key)
+        users.append({"nkey": site.public_key, "permissions": site_permissions(site).to_config()})
     lines = ["# Generated by edgeplane; changes are overwritten. Anonymous clients are refused."]
     if listen is not None:
-        host, port = listen
-        if not _HOST_RE.match(host) or not 0 < port < 65536:
-            raise ValueError(f"bad listen address {host!r}:{port}")
-        lines.append(f"listen: {json.dumps(f'{host}:{port}')}")
+        lines.append(f"listen: {json.dumps(_address(listen))}")
+    if cluster is not None:
+        if not _PREFIX_RE.match(cluster.name):
+            raise ValueError(f"cluster name {cluster.name!r} is malformed")
+        routes = [f"nats-route://{_address(r)}" for r in cluster.routes]
+        lines.append("cluster {")
+        lines.append(f"  name: {json.dumps(cluster.name)}")
+        lines.append(f"  listen: {json.dumps(_address(cluster.listen))}")
+        lines.append(f"  routes: {json.dumps(routes)}")
+        lines.append("}")
+        if cluster.leafnodes is not None:
+            lines.append("leafnodes {")
+            lines.append(f"  listen: {json.dumps(_address(cluster.leafnodes))}")
+            lines.append("}")
     if tls is not None:
         lines.append("tls {")
         lines.append(f"  cert_file: {json.dumps(tls.cert_file)}")
@@ -170,6 +252,71 @@ def render_server_config(
     lines.append("  ]")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def render_leaf_config(
+    *,
+    site: SiteIdentity,
+    site_seed: str,
+    nodes: Iterable[NodeIdentity],
+    listen: tuple[str, int],
+    remotes: Iterable[tuple[str, int]],
+) -> str:
+    """A site's leaf-node server: its agents' nkeys with their own permissions (as on the hub
+    side), and one outbound leaf connection to the hub side's servers (``remotes``, tried in
+    turn), authenticated with the site's nkey seed (the file is written private: it holds it)."""
+    _check_site(site)
+    if not site_seed.startswith("SU"):
+        raise ValueError("the site's seed is not an nkey user seed")
+    users: list[dict[str, object]] = []
+    seen: set[str] = set()
+    for identity in sorted(nodes, key=lambda n: n.node):
+        _check_identity(identity)
+        if identity.cluster != site.cluster:
+            raise ValueError(
+                f"node {identity.node!r} of cluster {identity.cluster!r} is not in site {site.cluster!r}"
+            )
+        if identity.public_key in seen:
+            raise ValueError(f"public key of node {identity.node!r} is used twice")
+        seen.add(identity.public_key)
+        users.append({"nkey": identity.public_key, "permissions": agent_permissions(identity).to_config()})
+    urls = [f"nats-leaf://{_address(r)}" for r in remotes]
+    if not urls:
+        raise ValueError("a leaf node needs at least one hub-side server to connect to")
+    lines = [
+        f"# Generated by edgeplane for site {site.cluster}; changes are overwritten. Holds the site's seed.",
+        f"listen: {json.dumps(_address(listen))}",
+        "authorization {",
+        "  users = [",
+    ]
+    for user in users:
+        lines.append(f"    {json.dumps(user, separators=(', ', ': '))}")
+    if not users:
+        # No agent enrolled yet: a user nobody can be (an unknown nkey), so that the server
+        # still refuses anonymous clients rather than admitting everyone.
+        lines.append(f'    {{"user": "nobody", "password": "{secrets.token_hex(16)}"}}')
+    lines.append("  ]")
+    lines.append("}")
+    lines.append("leafnodes {")
+    lines.append(f"  remotes = [{{urls: {json.dumps(urls)}, nkey: {json.dumps(site_seed)}}}]")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _address(address: tuple[str, int]) -> str:
+    host, port = address
+    if not _HOST_RE.match(host) or not 0 < port < 65536:
+        raise ValueError(f"bad address {host!r}:{port}")
+    return f"{host}:{port}"
+
+
+def _check_site(site: SiteIdentity) -> None:
+    if not valid_token(site.cluster):
+        raise ValueError(f"cluster name {site.cluster!r} is not one subject token")
+    if not _PREFIX_RE.match(site.prefix):
+        raise ValueError(f"subject prefix {site.prefix!r} of site {site.cluster!r} is malformed")
+    if not valid_public_key(site.public_key):
+        raise ValueError(f"public key of site {site.cluster!r} is not an nkey user public key")
 
 
 def _check_identity(identity: NodeIdentity) -> None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from controlplane.api.auth import AuthSettings
     from controlplane.bus.authority import NatsAuthority
+    from controlplane.bus.topology import LocalTopology
     from controlplane.hub.service import HubSettings
     from controlplane.natsd import NatsServer
     from controlplane.store.secrets import EnvCipher
@@ -343,6 +344,7 @@ class NatsSetup:
     require_enrolment: bool
     server: NatsServer | None = None
     authority: NatsAuthority | None = None
+    topology: LocalTopology | None = None
 
 
 def nats_setup(args: argparse.Namespace, data_dir: Path, federation: FederationConfig) -> NatsSetup:
@@ -359,6 +361,27 @@ def nats_setup(args: argparse.Namespace, data_dir: Path, federation: FederationC
 
     tls = NatsTls.from_options(args.nats_ca, args.nats_cert, args.nats_key)
     seed = read_seed(Path(args.nats_seed)) if args.nats_seed else None
+    servers, sites = getattr(args, "nats_cluster", None), getattr(args, "sites", None)
+    if servers is not None or sites is not None:
+        from controlplane.bus.topology import LocalTopology
+
+        seed = ensure_seed(data_dir / HUB_SEED_FILE)
+        topology = LocalTopology(
+            data_dir / "nats",
+            hub_public_key=public_key_of(seed),
+            federation=federation,
+            sites=[c.name for c in federation.clusters] if sites else [],
+            servers=servers or 1,
+        )
+        topology.authority.write([])
+        return NatsSetup(
+            url=topology.hub_url,
+            seed=seed,
+            tls=None,
+            require_enrolment=True,
+            authority=topology.authority,
+            topology=topology,
+        )
     port = getattr(args, "nats_port", None)
     if port is not None:
         if args.nats:
@@ -398,11 +421,17 @@ def nats_setup(args: argparse.Namespace, data_dir: Path, federation: FederationC
     )
 
 
-def start_embedded_nats(nats: NatsSetup) -> NatsServer | None:
-    """The embedded nats-server started, or None with --nats; StartupError (one line) when it
-    exits or does not listen (its port taken since it was checked, a bad config)."""
+def start_embedded_nats(nats: NatsSetup) -> NatsServer | LocalTopology | None:
+    """The embedded nats-server (or servers: ``up --nats-cluster/--sites``) started, or None with
+    --nats; StartupError (one line) when one exits or does not listen (its port taken since it
+    was checked, a bad config)."""
     from controlplane.errors import StartupError
 
+    if nats.topology is not None:
+        try:
+            return nats.topology.start()
+        except (RuntimeError, TimeoutError, FileNotFoundError) as exc:
+            raise StartupError(f"cannot start the embedded nats-servers: {exc}") from exc
     if nats.server is None:
         return None
     try:

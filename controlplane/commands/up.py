@@ -70,6 +70,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--agent-memory",
         help="memory each local agent offers, e.g. 2Gi (default: the machine's, shared among the agents)",
     )
+    parser.add_argument(
+        "--nats-cluster",
+        type=int,
+        metavar="N",
+        help="start N hub-side nats-servers in one cluster instead of one server (the hub fails over "
+        "among them; with --sites, the sites' leaf nodes connect to them)",
+    )
+    parser.add_argument(
+        "--sites",
+        type=int,
+        metavar="N",
+        help="N edge sites, each a cluster (site-1 ... site-N) behind its own leaf-node nats-server; "
+        "the agents are spread over them (not with --federation or --nats)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         print("controlplane up: --agents must be between 0 and 64", file=sys.stderr)
         return 2
     try:
-        federation = federation_from(args)
+        _check_topology_options(args)
+        federation = sites_federation(args.sites) if args.sites else federation_from(args)
         check_function_policy(args)
         auth = api_auth(args)
         ssl_context = api_ssl_context(args)
@@ -104,6 +119,40 @@ def run(args: argparse.Namespace) -> int:
     except (NatsUnavailableError, StartupError) as exc:  # NATS, the store or the port: one line
         print(f"controlplane up: {exc}", file=sys.stderr)
         return 1
+
+
+def _check_topology_options(args: argparse.Namespace) -> None:
+    """--nats-cluster and --sites: in range, and not with what they replace (ConfigError)."""
+    from controlplane.errors import ConfigError
+
+    if args.nats_cluster is None and args.sites is None:
+        return
+    for flag, value, top in (("--nats-cluster", args.nats_cluster, 5), ("--sites", args.sites, 8)):
+        if value is not None and not 1 <= value <= top:
+            raise ConfigError("<command line>", flag, f"must be between 1 and {top}, got {value}")
+    for flag, given in (
+        ("--nats", args.nats),
+        ("--nats-port", args.nats_port),
+        ("--nats-ca", args.nats_ca),
+        ("--nats-seed", args.nats_seed),
+    ):
+        if given:
+            what = "--nats-cluster" if args.nats_cluster is not None else "--sites"
+            raise ConfigError("<command line>", what, f"starts its own nats-servers: not with {flag}")
+    if args.sites is not None and args.federation:
+        raise ConfigError(
+            "<command line>", "--sites", "makes the federation (site-1 ...): not with --federation"
+        )
+
+
+def sites_federation(sites: int) -> FederationConfig:
+    """``sites`` clusters, site-1 ... site-N, each its own region."""
+    from controlplane.federation.config import ClusterConfig, FederationConfig
+
+    names = [f"site-{i + 1}" for i in range(sites)]
+    return FederationConfig(
+        clusters=[ClusterConfig(name=n, region=n) for n in names], default_cluster=names[0]
+    )
 
 
 def _check_agent_options(args: argparse.Namespace) -> None:
@@ -293,7 +342,10 @@ async def _up_with_lease(
         clusters = federation.clusters
         for index in range(args.agents):
             cluster = clusters[index % len(clusters)]
-            agent_url = cluster.nats_url or nats_url
+            # A site's agents connect to its leaf server; otherwise the cluster's NATS or the hub's.
+            agent_url = (
+                nats.authority.agent_url(cluster.name) if nats.authority else cluster.nats_url or nats_url
+            )
             name = f"edge-{index + 1}"
             command = _agent_command(args, agent_url, cluster.name, name, data_dir, index)
             if nats.authority is not None:
@@ -313,6 +365,14 @@ async def _up_with_lease(
             f"  Ctrl-C stops everything.",
             flush=True,
         )
+        if nats.topology is not None:
+            leaves = nats.topology.authority.leaves
+            sites = "  ".join(f"{c} {leaf.server.url}" for c, leaf in sorted(leaves.items()))
+            print(
+                f"  NATS: {len(nats.topology.core)} hub-side servers in one cluster"
+                + (f"; sites' leaf nodes: {sites}" if sites else ""),
+                flush=True,
+            )
         if args.agent_metrics is not None and args.agents:
             last = _agent_metrics_port(args, args.agents - 1)
             ports = f"{args.agent_metrics}" + (f"-{last}" if args.agents > 1 else "")
