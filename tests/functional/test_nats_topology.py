@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from edgeplane_contract.messages import Subjects
 from controlplane.bus.nats_auth import agent_inbox_prefix
 from controlplane.bus.topology import LocalTopology
 from controlplane.federation.config import ClusterConfig, FederationConfig
+from controlplane.natsd import find_nats_server
 from controlplane.store.identities import IdentityStore
 
 FEDERATION = FederationConfig(
@@ -163,3 +168,69 @@ async def test_a_site_cannot_speak_for_another_cluster_even_with_its_own_leaf_se
 
 async def _value(value: Any) -> Any:
     return value
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env={**os.environ, "EDGEPLANE_DATABASE_URL": "", "EDGEPLANE_NATS_URL": ""},
+    )
+
+
+def test_nats_config_renders_the_hub_side_block_and_a_sites_leaf_file_for_production(tmp_path: Path) -> None:
+    """An operator's flow: ``nats-config --sites`` for the hub-side servers, ``nats-config --site
+    X --hub-side ...`` for X's leaf server; nats-server accepts both files."""
+    fed = tmp_path / "federation.yaml"
+    fed.write_text(
+        "version: 1\ndefault_cluster: site-a\nclusters:\n"
+        "  - {name: site-a, region: r1}\n  - {name: site-b, region: r2}\n"
+    )
+    common = ("--data-dir", str(tmp_path / "data"), "--federation", str(fed))
+    assert _cli("migrate", "--data-dir", str(tmp_path / "data"), cwd=tmp_path).returncode == 0
+    made = _cli(
+        "agent-credentials", "create", "--name", "a1", "--cluster", "site-a",
+        "--out", str(tmp_path / "a1.json"), "--nats", "nats://127.0.0.1:4333", *common, cwd=tmp_path,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    a1_key = public_key_of(json.loads((tmp_path / "a1.json").read_text())["seed"])
+
+    hub_side = _cli("nats-config", "--sites", "site-a,site-b", *common, cwd=tmp_path)
+    assert hub_side.returncode == 0, hub_side.stderr
+    site_a_seed = (tmp_path / "data" / "site-site-a.nkey").read_text().strip()
+    assert public_key_of(site_a_seed) in hub_side.stdout and site_a_seed not in hub_side.stdout
+    assert a1_key not in hub_side.stdout  # a1 connects to its site's leaf, not to the hub side
+    _accepted_by_nats_server(tmp_path / "core.conf", 'listen: "127.0.0.1:4999"\n' + hub_side.stdout)
+
+    out = tmp_path / "site-a.conf"
+    leaf = _cli(
+        "nats-config", "--site", "site-a", "--hub-side", "10.0.0.1:7422,10.0.0.2:7422", "--listen",
+        "127.0.0.1:4333", "--out", str(out), *common, cwd=tmp_path,
+    )  # fmt: skip
+    assert leaf.returncode == 0, leaf.stderr
+    assert "copy it to the site's leaf server only" in leaf.stderr
+    text = out.read_text()
+    assert a1_key in text and site_a_seed in text and "nats-leaf://10.0.0.2:7422" in text
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    _accepted_by_nats_server(out, text)
+
+    for extra, named in (
+        (["--site", "nowhere", "--hub-side", "h:1"], "--site: unknown cluster 'nowhere'"),
+        (["--site", "site-a"], "--hub-side: --site needs"),
+        (["--sites", "site-a", "--hub-side", "h:1"], "--hub-side: only with --site"),
+        (["--site", "site-a", "--hub-side", "no-port"], "--hub-side: 'no-port' is not HOST:PORT"),
+    ):
+        refused = _cli("nats-config", *extra, *common, cwd=tmp_path)
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode == 2 and len(lines) == 1 and named in lines[0], (extra, refused.stderr)
+
+
+def _accepted_by_nats_server(path: Path, text: str) -> None:
+    path.write_text(text)
+    checked = subprocess.run(
+        [find_nats_server(), "-t", "-c", str(path)], capture_output=True, text=True, timeout=30
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
