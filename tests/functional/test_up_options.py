@@ -76,15 +76,19 @@ def test_a_bad_or_taken_port_stops_up_at_start_with_one_line(tmp_path: Path) -> 
             (["--agents", "2", "--agent-metrics", str(port - 1)], f"127.0.0.1:{port} is not free"),
             (["--agents", "1", "--agent-metrics", "0"], "--agent-metrics: must be between 1 and 65535"),
         ]
-        for extra, expected in cases:
-            result = subprocess.run(
-                _up(tmp_path, "--port", "0", *extra), capture_output=True, text=True, timeout=60, env=_ENV
-            )
-            lines = result.stderr.strip().splitlines()
-            assert result.returncode == 2 and len(lines) == 1, (extra, result.stderr)
-            assert lines[0].startswith("controlplane up: configuration error: ") and expected in lines[0], (
-                lines
-            )
+        _each_stops_up_at_start_with_one_line(tmp_path, cases)
+
+
+def _each_stops_up_at_start_with_one_line(tmp_path: Path, cases: list[tuple[list[str], str]]) -> None:
+    """``up`` with each case's options exits 2 before starting anything, with one line that
+    names the problem."""
+    for extra, expected in cases:
+        result = subprocess.run(
+            _up(tmp_path, "--port", "0", *extra), capture_output=True, text=True, timeout=60, env=_ENV
+        )
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, (extra, result.stderr)
+        assert lines[0].startswith("controlplane up: configuration error: ") and expected in lines[0], lines
 
 
 def test_up_with_a_nats_cluster_and_sites_runs_each_sites_agents_behind_its_leaf_node(tmp_path: Path) -> None:
@@ -151,10 +155,4 @@ def test_the_topology_options_are_checked_at_start(tmp_path: Path) -> None:
         ),
         (["--sites", "2", "--federation", "fed.yaml"], "--sites: makes the federation"),
     ]
-    for extra, expected in cases:
-        result = subprocess.run(
-            _up(tmp_path, "--port", "0", *extra), capture_output=True, text=True, timeout=60, env=_ENV
-        )
-        lines = result.stderr.strip().splitlines()
-        assert result.returncode == 2 and len(lines) == 1, (extra, result.stderr)
-        assert expected in lines[0], lines
+    _each_stops_up_at_start_with_one_line(tmp_path, cases)
