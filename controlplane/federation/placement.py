@@ -44,6 +44,11 @@ class ClusterAggregate:
     mig_compute_free: int = 0
     dpus_free: int = 0
     cpu_capacity: float = 0.0
+    mig_largest_free: int | None = None
+    """The most compute slices free on any one MIG GPU (None: not known, no bound from it)."""
+    mig_hosts: int | None = None
+    """MIG GPUs with a free legal slot for the largest instance of the request being planned
+    (set per request by the scheduler; None: not known, no bound from it)."""
 
     def room_for(self, res: ResourceRequest) -> int:
         """Upper bound on how many replicas of ``res`` fit (ignores per-node fragmentation)."""
@@ -54,7 +59,14 @@ class ClusterAggregate:
         if res.gpu:
             bounds.append(self.gpus_free / res.gpu)
         if res.mig:
+            if (
+                self.mig_largest_free is not None
+                and max(MIG_PROFILES[p][0] for p in res.mig) > self.mig_largest_free
+            ):
+                return 0  # no single GPU has the slices for the largest instance asked
             bounds.append(self.mig_compute_free / max(1, sum(MIG_PROFILES[p][0] for p in res.mig)))
+            if self.mig_hosts is not None:
+                bounds.append(self.mig_hosts)
         if res.dpu:
             bounds.append(self.dpus_free / res.dpu)
         room = min(bounds)

@@ -35,6 +35,7 @@ __all__ = [
     "ActionSpaceConfig",
     "Candidates",
     "NodeActions",
+    "mig_slots_free",
 ]
 
 ACCELERATOR_POLICIES = ("first_fit", "best_fit")
@@ -141,6 +142,11 @@ class _StaticActions:
     mig_rows: IntArray | None
     dpu_never: BoolArray | None
     eph_never: BoolArray | None  # None: no node reports ephemeral storage
+
+
+def mig_slots_free(mig_gpu: BoolArray, profile: str, occ: IntArray, comp: IntArray) -> BoolArray:
+    """(rows, gpus, starts): where an instance of ``profile`` could be created now."""
+    return _mig_ok(mig_gpu, profile, occ, comp)
 
 
 def _mig_ok(mig_gpu: BoolArray, profile: str, occ: IntArray, comp: IntArray) -> BoolArray:

@@ -11,8 +11,11 @@ from collections.abc import Set
 
 import numpy as np
 
+from edgeplane_contract.mig import MIG_SPECS
+
 from controlplane.federation.config import FederationConfig
 from controlplane.federation.placement import ClusterAggregate, ClusterPlan, plan_clusters
+from controlplane.scheduling.actions import mig_slots_free
 from controlplane.scheduling.framework import BoolArray
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.nodetable import NodeTable
@@ -45,12 +48,18 @@ def cluster_aggregates(nodes: NodeTable) -> dict[str, ClusterAggregate]:
     cpu_free = per(t.cpu_cap - t.cpu_alloc)
     mem_free = per(t.mem_cap - t.mem_alloc)
     gpus = per(t.free_whole_gpus().astype(np.float64))
-    mig = per(((7 - t.mig_comp) * t.mig_gpu).sum(axis=1).astype(np.float64))
+    free_slices = (7 - t.mig_comp) * t.mig_gpu
+    mig = per(free_slices.sum(axis=1).astype(np.float64))
+    # The most slices free on one GPU, per cluster (ready nodes): an instance needs them on one.
+    largest = np.zeros(k, dtype=np.int64)
+    if free_slices.shape[1]:
+        np.maximum.at(largest, t.cluster[t.ready], free_slices.max(axis=1)[t.ready])
     dpus = per(t.dpu_free().astype(np.float64))
     cap = per(t.cpu_cap)
-    regions: dict[int, str] = {}
-    for row in range(len(t)):
-        regions.setdefault(int(t.cluster[row]), t.states[row].region)
+    # Each cluster's region: its first row's (one vectorised pass, not a Python loop per node).
+    clusters, first = np.unique(t.cluster, return_index=True)
+    region_names = t.regions.names
+    regions = {int(c): region_names[int(t.region[row])] for c, row in zip(clusters, first, strict=True)}
     for cid, name in enumerate(t.clusters.names):
         out[name] = ClusterAggregate(
             name=name,
@@ -62,6 +71,7 @@ def cluster_aggregates(nodes: NodeTable) -> dict[str, ClusterAggregate]:
             mig_compute_free=int(mig[cid]),
             dpus_free=int(dpus[cid]),
             cpu_capacity=float(cap[cid]),
+            mig_largest_free=int(largest[cid]),
         )
     return out
 
@@ -87,11 +97,14 @@ def cluster_plan(
     """Clusters for ``count`` replicas of ``request``; None when there is nothing to choose from."""
     if federation is None or len(federation.clusters) < 2:
         return None
+    aggregates = cluster_aggregates(nodes)
+    if request.resources.mig:
+        _count_mig_hosts(nodes, request.resources.mig, aggregates)
     return plan_clusters(
         resources=request.resources,
         replicas=count,
         federation=federation,
-        aggregates=cluster_aggregates(nodes),
+        aggregates=aggregates,
         clusters=request.affinity.clusters,
         regions=request.affinity.regions,
         avoid_clusters=request.anti_affinity.clusters,
@@ -99,3 +112,21 @@ def cluster_plan(
         unavailable=unavailable,
         origin_region=origin_region(nodes, request),
     )
+
+
+def _count_mig_hosts(nodes: NodeTable, profiles: list[str], aggregates: dict[str, ClusterAggregate]) -> None:
+    """Set each cluster's ``mig_hosts``: its ready nodes' MIG GPUs with a free legal slot for the
+    largest of ``profiles`` (the fragmentation the summed compute slices cannot see)."""
+    t = nodes
+    largest = max(profiles, key=lambda p: MIG_SPECS[p].compute)
+    if t.mig_gpu.shape[1] == 0:
+        hosts = np.zeros(len(t.clusters.names), dtype=np.int64)
+    else:
+        can = mig_slots_free(t.mig_gpu, largest, t.mig_occ, t.mig_comp).any(axis=2).sum(axis=1)
+        hosts = np.bincount(t.cluster, weights=can * t.ready, minlength=len(t.clusters.names)).astype(
+            np.int64
+        )
+    for cid, name in enumerate(t.clusters.names):
+        aggregate = aggregates.get(name)
+        if aggregate is not None:
+            aggregate.mig_hosts = int(hosts[cid])

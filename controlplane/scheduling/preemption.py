@@ -160,14 +160,26 @@ def select_victims(
     freeable_cpu = np.zeros(n)
     freeable_mem = np.zeros(n)
     by_row: dict[int, list[Allocation]] = {}
-    for alloc in ledger:
-        row = table.index.get(alloc.node)
-        if row is None:
-            continue
-        by_row.setdefault(row, []).append(alloc)
-        if alloc.priority < priority:
-            freeable_cpu[row] += alloc.assignment.cpu
-            freeable_mem[row] += alloc.assignment.memory
+    rows = np.flatnonzero(eligible)
+    if 2 * len(rows) < len(ledger):
+        # Far fewer eligible nodes (one cluster of a federation) than placed replicas: walk those
+        # nodes' allocations only, not the whole fleet's (a node costs about what two
+        # allocations do: the whole-ledger walk stays for a single cluster).
+        names = table.names
+        for row in rows.tolist():
+            allocs = ledger.on_node(names[row])
+            if allocs:
+                by_row[row] = allocs
+    else:
+        for alloc in ledger:
+            at = table.index.get(alloc.node)
+            if at is not None:
+                by_row.setdefault(at, []).append(alloc)
+    for row, allocs in by_row.items():
+        for alloc in allocs:
+            if alloc.priority < priority:
+                freeable_cpu[row] += alloc.assignment.cpu
+                freeable_mem[row] += alloc.assignment.memory
     possible = (
         eligible
         & (freeable_cpu > 0)

@@ -303,8 +303,9 @@ async def test_where_the_run_user_cannot_run_python_python_functions_fail_and_sa
 async def test_a_stopped_function_instance_takes_its_background_processes_along(
     nats_server, sqlite_url, tmp_path, shared_dir
 ):
+    # One invocation, one instance: no headroom spare beside it (test_functions.py covers those).
     async with (
-        running_hub(nats_server.url, sqlite_url) as (_, api),
+        running_hub(nats_server.url, sqlite_url, function_policy="edgeplane-no-headroom") as (_, api),
         running_agents(nats_server.url, tmp_path, ["f1"]) as agents,
     ):
         _skip_unless(agents[0].agent.confinement.report, "kill_tree", "cgroup")

@@ -120,8 +120,9 @@ def handle(event, context):
 
 
 async def test_a_function_instance_over_its_ephemeral_storage_is_stopped(nats_server, sqlite_url, tmp_path):
+    # One invocation, one instance: no headroom spare beside it (test_functions.py covers those).
     async with (
-        running_hub(nats_server.url, sqlite_url) as (_, api),
+        running_hub(nats_server.url, sqlite_url, function_policy="edgeplane-no-headroom") as (_, api),
         running_agents(nats_server.url, tmp_path, ["fn1"], **PYTHON_FUNCTIONS) as agents,
     ):
         body = {"name": "filler", "source": FILLER, "handler": "handle", "ephemeral_storage": "4Mi"}

@@ -37,8 +37,10 @@ async def _scrape(url: str, token: str | None = None) -> tuple[int, str, str]:
 
 
 async def test_hub_and_agents_export_what_they_did(nats_server, sqlite_url, tmp_path):
+    # One invocation, one instance started: no headroom spare (the agent counts every instance
+    # it starts; test_functions.py covers spares).
     async with (
-        running_hub(nats_server.url, sqlite_url) as (running, api),
+        running_hub(nats_server.url, sqlite_url, function_policy="edgeplane-no-headroom") as (running, api),
         running_agents(
             nats_server.url, tmp_path, ["m1", "m2"], metrics_listen=("127.0.0.1", 0), **PYTHON_FUNCTIONS
         ) as agents,

@@ -161,7 +161,10 @@ async def test_without_nats_idle_function_instances_stay_warm_on_mains_and_go_on
     server = NatsServer(port=port).start()
     try:
         async with (
-            running_hub(server.url, sqlite_url, lease_missed_heartbeats=40) as (_, api),
+            # One instance to watch: no headroom spare beside it (test_functions.py covers those).
+            running_hub(
+                server.url, sqlite_url, lease_missed_heartbeats=40, function_policy="edgeplane-no-headroom"
+            ) as (_, api),
             running_agents(
                 server.url, tmp_path, ["fn1"], offline_scale_interval_s=0.1, **PYTHON_FUNCTIONS
             ) as agents,

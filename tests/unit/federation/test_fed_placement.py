@@ -183,3 +183,68 @@ def test_failover_queues_what_the_other_clusters_cannot_hold():
 def test_no_room_anywhere_still_names_the_best_clusters(bad):
     p = plan(federation(), aggregates(**bad), 2)
     assert len(p.assignments) == 2
+
+
+def test_a_replica_goes_to_a_cluster_with_room_before_anything_is_preempted():
+    """The plan's first cluster is full of low-priority work, another has room: the replica is
+    placed there and nothing is evicted (preemption is the last resort, across the federation)."""
+    from controlplane.scheduling.model import Assignment
+
+    s = fleet(federation())
+    first = plan_clusters(
+        resources=ResourceRequest(cpu=8, memory=GiB),
+        replicas=1,
+        federation=s.federation,
+        aggregates={
+            n: ClusterAggregate(n, r, ready_nodes=2, cpu_free=16, memory_free=1e15)
+            for n, r in (("eu", "eu-west"), ("us", "us-east"), ("ap", "ap-south"))
+        },
+    ).assignments[0]
+    for i in range(2):  # the plan's favourite cluster: both nodes taken by priority-0 work
+        assert s.reserve_existing(f"low-{i}", 0, f"{first}-{i}", Assignment(cpu=8, memory=GiB), priority=0).ok
+    d = s.schedule(WorkloadRequest("urgent", resources=ResourceRequest(cpu=8, memory=GiB), priority=10))
+    assert d.scheduled and not d.victims
+    assert d.placements[0].cluster != first
+    # With no room anywhere, it preempts after all.
+    for cluster in ("eu", "us", "ap"):
+        for i in range(2):
+            if cluster != first:
+                s.reserve_existing(
+                    f"low-{cluster}-{i}", 0, f"{cluster}-{i}", Assignment(cpu=8, memory=GiB), priority=0
+                )
+    d = s.schedule(WorkloadRequest("urgent-2", resources=ResourceRequest(cpu=8, memory=GiB), priority=10))
+    assert d.scheduled and len(d.victims) == 1
+
+
+def test_a_cluster_whose_mig_gpus_are_each_too_full_has_no_room_for_an_instance():
+    fragmented = ClusterAggregate("eu", "eu-west", ready_nodes=4, cpu_free=64, memory_free=1e15,
+                                  mig_compute_free=8, mig_largest_free=2)  # fmt: skip
+    assert fragmented.room_for(ResourceRequest(cpu=1, memory=GiB, mig=["3g.20gb"])) == 0
+    assert fragmented.room_for(ResourceRequest(cpu=1, memory=GiB, mig=["1g.5gb"])) == 8
+    unknown = ClusterAggregate(
+        "eu", "eu-west", ready_nodes=4, cpu_free=64, memory_free=1e15, mig_compute_free=8
+    )
+    assert unknown.room_for(ResourceRequest(cpu=1, memory=GiB, mig=["3g.20gb"])) == 2  # no bound without it
+
+
+def test_the_plan_skips_a_cluster_whose_mig_gpus_have_no_legal_slot_left():
+    """eu's MIG GPU has 3 compute slices free but no legal start for a 3g instance (1g
+    instances at memory slices 1, 3, 5 and 6 leave no four free in a row at 0 or 4): the plan,
+    not a failed cycle, sends the request to us, which the summed slices alone would not."""
+    from controlplane.scheduling.model import Assignment, GpuDevice, MigSlice
+
+    s = Scheduler("default", federation(), clock=lambda: 0.0)
+    for cluster, region in (("eu", "eu-west"), ("us", "us-east")):
+        s.upsert_node(NodeState(f"{cluster}-0", cluster=cluster, region=region, cpu=8, memory=32 * GiB,
+                                gpus=[GpuDevice(0, mig_enabled=True)], node_type="gpu"))  # fmt: skip
+    for start in (1, 3, 5, 6):
+        one_g = Assignment(cpu=0.1, memory=GiB, mig=(MigSlice(0, "1g.5gb", start),))
+        assert s.reserve_existing(f"eu-1g-{start}", 0, "eu-0", one_g).ok
+    aggregates = s.aggregates()
+    assert aggregates["eu"].mig_compute_free == 3  # room by the sum: one 3g
+    request = ResourceRequest(cpu=1, memory=GiB, mig=["3g.20gb"])
+    d = s.schedule(WorkloadRequest("big", resources=request))
+    assert d.scheduled and d.placements[0].cluster == "us"
+    # Without the slot count eu, cheaper or not, would be tried first and fail its cycle.
+    plan = d.explanation.scope.cluster_plan
+    assert "eu" not in plan.ranking and plan.ranking[0] == "us"
