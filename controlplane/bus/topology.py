@@ -32,7 +32,7 @@ from controlplane.bus.nats_auth import (
     render_server_config,
 )
 from controlplane.federation.config import FederationConfig
-from controlplane.natsd import NatsServer, free_port
+from controlplane.natsd import NatsReloadError, NatsServer, free_port
 
 __all__ = ["CoreServer", "LeafSite", "LocalTopology", "TopologyAuthority"]
 
@@ -142,18 +142,26 @@ class TopologyAuthority(NatsAuthority):
         return self._texts[self.config_path]
 
     async def apply(self, nodes: NodesProvider) -> bool:
-        """Write and reload every server whose configuration changed; True when one did."""
+        """Write and reload every server whose configuration changed; True when one did.
+
+        Server by server: one that is down gets its file (it reads it when it starts again) and
+        one whose reload fails is logged and tried again at the next call; neither keeps the
+        others from their new users."""
         async with self._lock:
             changed = False
             for path, (text, server) in self.renders(await nodes()).items():
                 if self._texts.get(path) == text:
                     continue
                 write_private(path, text)
-                if server.process is not None:
-                    await asyncio.to_thread(server.reload)
+                if server.process is not None and server.process.poll() is None:
+                    try:
+                        await asyncio.to_thread(server.reload)
+                    except NatsReloadError as exc:
+                        log.error("NATS authorization not applied to %s: %s", path, exc)
+                        continue
+                    log.info("NATS authorization reloaded (%s)", path)
                 self._texts[path] = text
                 changed = True
-                log.info("NATS authorization reloaded (%s)", path)
             return changed
 
 

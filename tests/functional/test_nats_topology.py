@@ -111,6 +111,15 @@ async def test_agents_behind_leaf_nodes_enrol_register_and_run_work_across_a_nat
                 )
                 done = await api.wait_status(workload, "Succeeded", timeout=30)
                 assert done["node"] == node
+            # A node enrolled while that server is down: the others and its site's leaf server
+            # take its key (the dead server gets its file for when it comes back), and it runs.
+            seed_b2, _ = await _enrol(running, "b2", "site-b")
+            async with _agents(topo, tmp_path, "b2", "site-b", seed_b2):
+                workload = await api.post_workload(
+                    {"name": "on-b2", "command": ["true"], "affinity": {"nodes": ["b2"]}}
+                )
+                assert (await api.wait_status(workload, "Succeeded", timeout=30))["node"] == "b2"
+            assert public_key_of(seed_b2) in topo.site("site-b").config_file.read_text()  # type: ignore[union-attr]
 
 
 async def test_a_site_cannot_speak_for_another_cluster_even_with_its_own_leaf_server(
