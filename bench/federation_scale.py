@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scheduler_latency import preset_nodes  # bench/, beside this file
 
 from controlplane.federation.config import ClusterConfig, FederationConfig
-from controlplane.scheduling.model import Affinity, GpuDevice, NodeState
-from controlplane.scheduling.nodetable import ZONE_LABEL
+from controlplane.scheduling.model import Affinity
 from controlplane.scheduling.scheduler import Scheduler
-from controlplane.sim.presets import GB, get_preset, scale_preset
+from controlplane.sim.presets import get_preset, scale_preset
 from controlplane.sim.runner import _data_nodes
 from controlplane.sim.workload import generate_tasks
 
@@ -69,21 +69,8 @@ def build(
     names = [c.name for c in fed.clusters] if fed is not None else ["default"]
     regions = [c.region for c in fed.clusters] if fed is not None else ["local"]
     for cluster, region in zip(names, regions, strict=True):
-        for group in preset.groups:
-            for k in range(group.count):
-                sched.upsert_node(
-                    NodeState(
-                        name=f"{cluster}-{group.prefix}-{k:03d}",
-                        labels={ZONE_LABEL: f"{cluster}-{group.prefix}-r{k // group.rack_size}"},
-                        cpu=group.cpu,
-                        memory=int(group.memory_gb * GB),
-                        gpus=[GpuDevice(i, mig_enabled=i < group.mig_gpus) for i in range(group.gpus)],
-                        dpus=group.dpus,
-                        node_type=group.node_type,
-                        cluster=cluster,
-                        region=region,
-                    )
-                )
+        for node in preset_nodes(preset, cluster=cluster if fed is not None else "", region=region):
+            sched.upsert_node(node)
     # The workload of the whole federation: the preset's mix scaled to all its nodes.
     load = scale_preset(get_preset("seed-200"), per_cluster * len(names))
     tasks = generate_tasks(load, hours, seed, data_nodes=_data_nodes(preset))[:max_workloads]

@@ -21,6 +21,7 @@ import heapq
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -30,9 +31,28 @@ from controlplane.observe.scheduler import SchedulerMetrics
 from controlplane.scheduling.model import GpuDevice, NodeState
 from controlplane.scheduling.nodetable import ZONE_LABEL
 from controlplane.scheduling.scheduler import Scheduler
-from controlplane.sim.presets import GB, get_preset, scale_preset
+from controlplane.sim.presets import GB, Preset, get_preset, scale_preset
 from controlplane.sim.runner import _data_nodes
 from controlplane.sim.workload import generate_tasks
+
+
+def preset_nodes(preset: Preset, *, cluster: str = "", region: str = "local") -> Iterator[NodeState]:
+    """The preset's node groups as the scheduler's nodes (names and racks prefixed by ``cluster``
+    when one is given, in the default cluster otherwise)."""
+    prefix = f"{cluster}-" if cluster else ""
+    for group in preset.groups:
+        for k in range(group.count):
+            yield NodeState(
+                name=f"{prefix}{group.prefix}-{k:03d}",
+                labels={ZONE_LABEL: f"{prefix}{group.prefix}-r{k // group.rack_size}"},
+                cpu=group.cpu,
+                memory=int(group.memory_gb * GB),
+                gpus=[GpuDevice(i, mig_enabled=i < group.mig_gpus) for i in range(group.gpus)],
+                dpus=group.dpus,
+                node_type=group.node_type,
+                cluster=cluster or "default",
+                region=region,
+            )
 
 
 def build(profile: str, nodes: int, seed: int, metrics: bool = False) -> tuple[Scheduler, list]:
@@ -41,19 +61,8 @@ def build(profile: str, nodes: int, seed: int, metrics: bool = False) -> tuple[S
     # --metrics: the hub's Prometheus recorder (attempts, extension points, sampled plugins).
     recorder = SchedulerMetrics(CollectorRegistry()) if metrics else None
     sched = Scheduler(profile, seed=seed, clock=lambda: clock[0], recorder=recorder)
-    for group in preset.groups:
-        for k in range(group.count):
-            sched.upsert_node(
-                NodeState(
-                    name=f"{group.prefix}-{k:03d}",
-                    labels={ZONE_LABEL: f"{group.prefix}-r{k // group.rack_size}"},
-                    cpu=group.cpu,
-                    memory=int(group.memory_gb * GB),
-                    gpus=[GpuDevice(i, mig_enabled=i < group.mig_gpus) for i in range(group.gpus)],
-                    dpus=group.dpus,
-                    node_type=group.node_type,
-                )
-            )
+    for node in preset_nodes(preset):
+        sched.upsert_node(node)
     tasks = generate_tasks(preset, 1.0, seed, data_nodes=_data_nodes(preset))
     return sched, tasks
 
