@@ -40,7 +40,7 @@ from controlplane.serverless.estimates import Estimates, FunctionStats
 from controlplane.serverless.invoke_wire import InvokeWire
 from controlplane.serverless.outcome import InvocationOutcome, accept_result
 from controlplane.serverless.registry import FunctionRegistry
-from controlplane.serverless.router import Route, route
+from controlplane.serverless.router import NodeOption, Route, route
 from controlplane.serverless.settings import ServerlessSettings
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.serverless.warmth import Spawn, Warmth
@@ -124,17 +124,22 @@ class Invoker:
         for successor in successors:
             if successor in self.registry.specs and successor != name:
                 self._spawn(self.warmth.prewarm(successor, reason="call graph"))
-        spare_hold_s = self.warmth.spare_hold_s(spec)
-        if spare_hold_s > 0:
-            # The next arrival is predicted to come while this one holds the last free instance.
-            self._spawn(self.warmth.prewarm(name, reason="predicted overlap", spare_hold_s=spare_hold_s))
         tried: set[str] = set()
         outcome: InvocationOutcome | None = None
         not_started: InvocationOutcome | None = None
         wait_until = now + min(spec.timeout_s + COLD_START_BUDGET_S, RECONNECT_WAIT_S)
         for _round in range(100):  # bounded: each further round follows a node heard again
             for _attempt in range(3):
-                decision = self._route(spec, tried)
+                decision, options = self._route(spec, tried)
+                if not tried and _round == 0:
+                    # The routing's view of the function's instances says how many slots are
+                    # free; a spare starts when this arrival takes the last one and the next is
+                    # predicted to overlap it.
+                    spare_hold_s = self.warmth.spare_hold_s(spec, sum(o.free_slots for o in options))
+                    if spare_hold_s > 0:
+                        self._spawn(
+                            self.warmth.prewarm(name, reason="predicted overlap", spare_hold_s=spare_hold_s)
+                        )
                 if decision is None:
                     break
                 tried.add(decision.node)
@@ -171,19 +176,21 @@ class Invoker:
         self._record(spec, outcome)
         return outcome
 
-    def _route(self, spec: FunctionSpec, tried: set[str]) -> Route | None:
+    def _route(self, spec: FunctionSpec, tried: set[str]) -> tuple[Route | None, list[NodeOption]]:
         """The router's decision for ``spec`` outside ``tried``. Routed first as if a new instance
         fitted on every Ready node, which skips the placement engine's filters (most of a warm
         invocation's routing time): when that picks a warm instance or a queue, the filters could
         only have taken cold-start options away, never the cheapest, so it stands (its listed
-        alternatives keep only warm and queue options); a cold start is routed again with them."""
+        alternatives keep only warm and queue options); a cold start is routed again with them.
+        Also returns the first options (every Ready node outside ``tried``, with its instances)."""
         exec_ms = self.estimates.exec_ms(spec.name)
         weights = self.settings.energy
-        decision = route(self.warmth.options(spec, tried, assume_fit=True), exec_ms=exec_ms, weights=weights)
+        options = self.warmth.options(spec, tried, assume_fit=True)
+        decision = route(options, exec_ms=exec_ms, weights=weights)
         if decision is None or decision.mode == "cold":
-            return route(self.warmth.options(spec, tried), exec_ms=exec_ms, weights=weights)
+            return route(self.warmth.options(spec, tried), exec_ms=exec_ms, weights=weights), options
         decision.alternatives = [a for a in decision.alternatives if a.mode != "cold"]
-        return decision
+        return decision, options
 
     async def _dispatch(
         self,

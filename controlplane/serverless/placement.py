@@ -51,12 +51,14 @@ def node_options(
         assert spec.version is not None
         dispatched = in_flight[(name, spec.name, spec.version)]
         slots = sum(i.max_concurrency for i in mine if i.state != "starting")
-        reported_busy = sum(i.in_flight for i in mine)
-        free = max(0, slots - max(reported_busy, dispatched))
+        starting = sum(i.max_concurrency for i in mine if i.state == "starting")
+        taken = max(sum(i.in_flight for i in mine), dispatched)
+        free = max(0, slots - taken)
         options.append(
             NodeOption(
                 node=name,
                 warm_free=free,
+                free_slots=max(0, slots + starting - taken),
                 busy_instances=len(mine) if free == 0 else 0,
                 can_start=can_start,
                 net_ms=estimates.net_ms(name),

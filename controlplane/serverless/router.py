@@ -64,6 +64,9 @@ class EnergyWeights:
 class NodeOption:
     node: str
     warm_free: int = 0
+    # Slots of its instances, starting ones included, not taken by calls in flight (what a
+    # spare's headroom counts; warm_free leaves starting instances out: they cannot serve yet).
+    free_slots: int = 0
     busy_instances: int = 0
     can_start: bool = True
     net_ms: float = 2.0

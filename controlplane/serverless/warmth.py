@@ -159,30 +159,18 @@ class Warmth:
             name, now, self.estimates.exec_ms(name) / 1000, concurrency=concurrency
         )
 
-    def free_instances(self, spec: FunctionSpec) -> int:
-        """Slots of ``spec``'s instances (starting ones included) not taken by invocations in
-        flight, over every node, plus a spare asked for in the last ``SPARE_PENDING_S`` (not in a
-        heartbeat yet)."""
-        asked = self._spare_asked.get(spec.name)
-        free = int(asked is not None and time.monotonic() - asked < SPARE_PENDING_S)
-        for node, known in self.instances.items():
-            mine = [i for i in known.values() if (i.function, i.version) == (spec.name, spec.version)]
-            if not mine:
-                continue
-            assert spec.version is not None
-            taken = max(sum(i.in_flight for i in mine), self.in_flight[(node, spec.name, spec.version)])
-            free += max(0, sum(i.max_concurrency for i in mine) - taken)
-        return free
-
-    def spare_hold_s(self, spec: FunctionSpec) -> float:
-        """Right after an arrival of ``spec`` was observed: how long to hold a spare instance
-        started now (0: none), as the policy's headroom predictor says; the arrival itself is
-        about to take one of the free slots."""
+    def spare_hold_s(self, spec: FunctionSpec, free_slots: int) -> float:
+        """Right after an arrival of ``spec`` was observed and routed: how long to hold a spare
+        instance started now (0: none), as the policy's headroom predictor says. ``free_slots``:
+        the slots of its instances on Ready nodes, starting ones included, not taken by calls in
+        flight (``NodeOption.free_slots`` summed); the arrival itself is about to take one. A spare
+        asked for in the last ``SPARE_PENDING_S`` counts as free (not in a heartbeat yet)."""
         headroom = self.policy.headroom
         if headroom is None or headroom.overlap_probability(spec.name) < headroom.config.threshold:
-            return 0.0  # no need to count the free instances (the common case of a lone caller)
-        free = max(0, self.free_instances(spec) - 1)
-        hold = self.policy.spare_hold_s(spec.name, free_instances=free)
+            return 0.0
+        asked = self._spare_asked.get(spec.name)
+        pending = int(asked is not None and time.monotonic() - asked < SPARE_PENDING_S)
+        hold = self.policy.spare_hold_s(spec.name, free_instances=max(0, free_slots + pending - 1))
         if hold > 0:
             self._spare_asked[spec.name] = time.monotonic()
         return hold
