@@ -7,7 +7,8 @@ through :func:`edge_agent.placement_process.start_process`, one at a time with `
 between them (a lone POST after an idle spell pays what a burst does not: see below), interleaved
 with the floor, a bare ``asyncio.create_subprocess_exec("true")``. Usage:
 
-    python bench/agent_start.py [--starts 50] [--gap-ms 200] [--ballast-mb 80] [--json out.json]
+    python bench/agent_start.py [--starts 50] [--gap-ms 200] [--ballast-mb 80] [--bid-lead-ms 15]
+        [--json out.json]
 
 Printed per start (ms): ``prepare`` (work dir, gid, unit groups, CPU group), ``spawn`` (the rest
 of :func:`start_process`, mainly the Popen with the child's setup: fork, joining the cgroups,
@@ -21,6 +22,9 @@ total to the floor.
 a process between cgroups may wait an RCU grace period (the first move after an idle spell, about
 10 ms on cgroup v1 or v2 without ``favordynmods``) or not (a ``favordynmods`` mount; on Linux
 6.18+ that also switches the kernel to a per-process lock for the rest of its uptime).
+Every other start is *primed*: ``--bid-lead-ms`` before it, the agent's cgroup primer is told a
+start is likely, as an accepted bid tells it (``edge_agent/cgroup_primer.py``); ``spawn_primed``
+and ``total_primed`` are those starts, and the ratio to the unprimed ones is printed.
 Run as root to measure the confinement a production agent applies.
 """
 
@@ -38,6 +42,7 @@ from pathlib import Path
 
 from edgeplane_contract.messages import PlacementState, RunSpec
 
+from edge_agent.cgroup_primer import CgroupPrimer
 from edge_agent.cgroups import detect_cpu_limiter
 from edge_agent.confinement import Confinement
 from edge_agent.placement_process import RunningPlacement, start_process
@@ -96,6 +101,13 @@ async def main() -> int:
     parser.add_argument("--starts", type=int, default=50)
     parser.add_argument("--gap-ms", type=float, default=200.0, help="idle time before each start")
     parser.add_argument("--ballast-mb", type=int, default=80, help="grow this process like an agent's heap")
+    parser.add_argument(
+        "--bid-lead-ms",
+        type=float,
+        default=15.0,
+        help="for every other start, how long before it the agent's cgroup primer is told a start is "
+        "likely (as an accepted bid does; edge_agent/cgroup_primer.py)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     ballast = bytearray(args.ballast_mb * 2**20)
@@ -105,6 +117,8 @@ async def main() -> int:
         "prepare_ms": [],
         "spawn_ms": [],
         "total_ms": [],
+        "spawn_primed_ms": [],
+        "total_primed_ms": [],
         "loop_held_ms": [],
         "floor_ms": [],
     }
@@ -113,13 +127,20 @@ async def main() -> int:
         work_dir = Path(tmp) / "agent"
         limiter = detect_cpu_limiter(node)
         confinement = Confinement.detect(node=node, work_dir=work_dir, pids_max=512)
+        primer = CgroupPrimer.detect(confinement.groups)
         log_path = work_dir / "out.log"
         try:
             await _floor_once()  # warm the event loop's child watcher
             for i in range(args.starts):
                 await asyncio.sleep(args.gap_ms / 1000)
                 rows["floor_ms"].append(await _floor_once())
-                await asyncio.sleep(args.gap_ms / 1000)
+                primed = i % 2 == 1 and primer.enabled
+                if primed:
+                    await asyncio.sleep(max(0.0, args.gap_ms - args.bid_lead_ms) / 1000)
+                    primer.expect_start()
+                    await asyncio.sleep(args.bid_lead_ms / 1000)
+                else:
+                    await asyncio.sleep(args.gap_ms / 1000)
                 state = PlacementState(placement_id=f"p{i}", workload_id=f"w{i}", state="Running")
                 entry = RunningPlacement(state=state, spec=RunSpec(command=["true"], cpu=0.5), cpu=0.5)
                 entry.memory = 256 * 2**20
@@ -139,8 +160,9 @@ async def main() -> int:
                     print(f"start {i} failed: {error}", file=sys.stderr)
                     return 1
                 rows["prepare_ms"].append((prepared - began) * 1000)
-                rows["spawn_ms"].append((done - prepared) * 1000)
-                rows["total_ms"].append((done - began) * 1000)
+                suffix = "_primed" if primed else ""
+                rows[f"spawn{suffix}_ms"].append((done - prepared) * 1000)
+                rows[f"total{suffix}_ms"].append((done - began) * 1000)
                 await entry.process.wait()
                 await confinement.kill(entry.sandbox, entry.process)
                 confinement.close(entry.sandbox)
@@ -149,15 +171,24 @@ async def main() -> int:
             confinement.shutdown()
             limiter.close()
     floor = statistics.median(rows["floor_ms"])
-    summary = {key: {"p50": statistics.median(v), "p99": _pct(v, 0.99)} for key, v in rows.items()}
+    summary = {key: {"p50": statistics.median(v), "p99": _pct(v, 0.99)} for key, v in rows.items() if v}
     print(
         f"agent start, {args.starts} starts, gap {args.gap_ms:.0f} ms, rss {_rss_mb():.0f} MB, "
         f"uid {os.geteuid()}, favordynmods mounts: {_favordynmods()}, load {_load()}"
     )
     print(f"isolation: {', '.join(f'{k}={v}' for k, v in confinement.report.items())}")
     for key, value in summary.items():
-        print(f"  {key:11s} p50 {value['p50']:7.2f}  p99 {value['p99']:7.2f}")
+        print(f"  {key:15s} p50 {value['p50']:7.2f}  p99 {value['p99']:7.2f}")
     print(f"  total/floor (p50): {summary['total_ms']['p50'] / floor:.1f}x")
+    if "total_primed_ms" in summary:
+        primed_p50 = summary["total_primed_ms"]["p50"]
+        print(
+            f"  primed {args.bid_lead_ms:.0f} ms ahead: total p50 {primed_p50:.2f} ms, "
+            f"{primed_p50 / summary['total_ms']['p50']:.2f}x the unprimed, "
+            f"{primed_p50 / floor:.1f}x the floor"
+        )
+    else:
+        print("  primer: off here (units get no cgroups, or the agent's own group is not writable)")
     if args.json:
         args.json.write_text(
             json.dumps(

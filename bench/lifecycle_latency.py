@@ -155,9 +155,7 @@ async def main() -> int:
             reconcile_interval_s=0.5,
             **({} if args.bid_deadline_ms is None else {"bid_deadline_ms": args.bid_deadline_ms}),
         )
-        hub = await start_hub(
-            settings, database_url=f"sqlite+aiosqlite:///{tmp}/bench.sqlite3", port=0, auth=UNLIMITED
-        )
+        hub = await start_hub(settings, database_url=f"sqlite:///{tmp}/bench.sqlite3", port=0, auth=UNLIMITED)
         admin = await IdentityStore(hub.hub.store).create_api_token("bench", ["admin"])
         agents = [
             subprocess.Popen(

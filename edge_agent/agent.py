@@ -34,6 +34,7 @@ from edgeplane_contract.messages import HubHelloV1, MessageError, PlacementState
 
 from edge_agent.autonomy import OfflineScaler, advise_restart
 from edge_agent.bids import Bids
+from edge_agent.cgroup_primer import CgroupPrimer
 from edge_agent.cgroups import CpuLimiter, NoCpuLimit, detect_cpu_limiter
 from edge_agent.commands import Commands
 from edge_agent.config import AgentConfig
@@ -194,12 +195,14 @@ class Agent:
             counters=self.counters,
             spawn=self._spawn,
         )
+        self.primer = CgroupPrimer.detect(self.confinement.groups)
         self.bids = Bids(
             node=config.name,
             decider=self.decider,
             decisions=self.decisions,
             link=self.link,
             counters=self.counters,
+            on_accept=self.primer.expect_start,
         )
         self.offline = OfflineScaler(
             config=config,

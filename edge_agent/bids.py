@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import Counter
+from collections.abc import Callable
 
 from nats.aio.msg import Msg
 
@@ -28,8 +29,10 @@ class Bids:
         decisions: DecisionLog,
         link: HubLink,
         counters: Counter[str],
+        on_accept: Callable[[], None] | None = None,
     ) -> None:
         self.node = node
+        self.on_accept = on_accept  # a start is likely to follow: see edge_agent/cgroup_primer.py
         self.decider = decider
         self.decisions = decisions
         self.link = link
@@ -53,6 +56,8 @@ class Bids:
         if outcome is None:  # the policy raised: no answer, the hub falls back to its estimate
             return
         decision = outcome.decision
+        if not decision.decline and self.on_accept is not None:
+            self.on_accept()
         bid = BidV1(
             request_id=request.request_id,
             node=self.node,

@@ -25,7 +25,7 @@ def nats_server() -> Iterator[NatsServer]:
 
 @pytest.fixture
 def sqlite_url(tmp_path) -> str:
-    return f"sqlite+aiosqlite:///{tmp_path / 'edgeplane.sqlite3'}"
+    return f"sqlite:///{tmp_path / 'edgeplane.sqlite3'}"
 
 
 def _postgres_base_url() -> str | None:

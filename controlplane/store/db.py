@@ -13,6 +13,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from controlplane.store import inline_sqlite  # registers sqlite+inline
+
 __all__ = ["create_engine", "current_revision", "head_revision", "migrate", "normalize_url", "sqlite_url"]
 
 log = logging.getLogger("edgeplane.store")
@@ -21,17 +23,18 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
 def sqlite_url(path: str | Path) -> str:
-    return f"sqlite+aiosqlite:///{Path(path).resolve()}"
+    return f"sqlite+inline:///{Path(path).resolve()}"
 
 
 def normalize_url(url: str) -> str:
-    """Map plain URLs to the async drivers: sqlite -> aiosqlite, postgresql -> asyncpg."""
+    """Map plain URLs to the async drivers: sqlite -> the inline driver
+    (:mod:`controlplane.store.inline_sqlite`), postgresql -> asyncpg. ``sqlite+aiosqlite`` stays."""
     if not url:
         raise ValueError("empty database URL")
     parsed = make_url(url)
     driver = parsed.drivername
     if driver in ("sqlite", "sqlite+pysqlite"):
-        parsed = parsed.set(drivername="sqlite+aiosqlite")
+        parsed = parsed.set(drivername="sqlite+inline")
     elif driver in ("postgres", "postgresql", "postgresql+psycopg2", "postgresql+psycopg"):
         parsed = parsed.set(drivername="postgresql+asyncpg")
     return parsed.render_as_string(hide_password=False)
@@ -44,14 +47,18 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         database = make_url(url).database
         if database and database != ":memory:":
             _private_sqlite_file(Path(database))
-        engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
+        inline = make_url(url).drivername == "sqlite+inline"
+        # The inline driver waits out a busy database with asyncio sleeps (its own timeout).
+        connect_args = {} if inline else {"timeout": inline_sqlite.BUSY_WAIT_S}
+        engine = create_async_engine(url, connect_args=connect_args, **kwargs)
 
         @event.listens_for(engine.sync_engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
             cursor = dbapi_conn.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA busy_timeout=30000")
+            if not inline:
+                cursor.execute("PRAGMA busy_timeout=30000")
             cursor.close()
 
         return engine

@@ -214,7 +214,7 @@ def _cli(*args: str, data_dir) -> subprocess.CompletedProcess[str]:
 
 async def test_token_cli_creates_lists_and_revokes_tokens_a_running_hub_honours(nats_server, tmp_path):
     data = tmp_path / "data"
-    url = f"sqlite+aiosqlite:///{data / 'edgeplane.sqlite3'}"
+    url = f"sqlite:///{data / 'edgeplane.sqlite3'}"
     data.mkdir()
     async with running_hub(nats_server.url, url) as (running, _api):
         created = _cli("create", "--name", "grafana", "--scope", "read", "--ttl", "1h", data_dir=data)

@@ -398,7 +398,7 @@ async def test_an_agent_process_joins_once_and_keeps_its_credentials(
     reuses the stored credentials; ``nats-config`` renders the node's key for an external server."""
     data = tmp_path / "data"
     data.mkdir()
-    database = f"sqlite+aiosqlite:///{data / 'edgeplane.sqlite3'}"
+    database = f"sqlite:///{data / 'edgeplane.sqlite3'}"
     async with running_hub(secured.url, database, **secured.hub_overrides()) as (running, api):
         made = await _controlplane(
             "agent-token", "create", "--ttl", "5m", "--database-url", database, cwd=tmp_path
@@ -470,7 +470,7 @@ async def test_a_hub_whose_key_the_server_refuses_stops_at_once_with_one_line(se
 async def test_offline_credentials_admit_a_node_within_seconds(secured: SecuredNats, tmp_path):
     """``agent-credentials create`` on the store, beside a running hub: the hub's sync loop admits
     the key on the server, and ``edge-agent run --credentials FILE`` registers with it."""
-    database = f"sqlite+aiosqlite:///{tmp_path / 'edgeplane.sqlite3'}"
+    database = f"sqlite:///{tmp_path / 'edgeplane.sqlite3'}"
     async with running_hub(secured.url, database, **secured.hub_overrides()) as (_, api):
         out = tmp_path / "edge-7.json"
         made = await _controlplane(

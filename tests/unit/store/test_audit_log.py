@@ -39,7 +39,7 @@ async def _stored(store: Store) -> list[str]:
 
 @pytest.fixture
 async def store(tmp_path) -> AsyncIterator[_FlakyStore]:
-    opened = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
+    opened = await Store.open(f"sqlite:///{tmp_path / 'audit.db'}")
     flaky = _FlakyStore(opened.engine)
     try:
         yield flaky

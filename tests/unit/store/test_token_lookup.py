@@ -16,7 +16,7 @@ from controlplane.store.store import Store
 
 @pytest.fixture
 async def stores(tmp_path: Path) -> AsyncIterator[tuple[Store, Store]]:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'edgeplane.sqlite3'}"
+    url = f"sqlite:///{tmp_path / 'edgeplane.sqlite3'}"
     hub = await Store.open(url)
     cli = await Store.open(url, run_migrations=False)
     try:

@@ -1,0 +1,289 @@
+"""SQLite for the hub's event loop: statements run on the loop's thread, commits in a worker.
+
+SQLAlchemy's ``aiosqlite`` driver hands every call (begin, execute, fetch, cursor close, commit)
+to a thread of its own and waits for the answer: a hop costs about 0.14 ms on the 2-core bench
+machine, a session makes ten or more, and ``SELECT 1`` in a transaction took 1.7 ms where SQLite
+itself needs microseconds. Here the statements run inline, through SQLAlchemy's own adapter for
+aiosqlite (the same SQL, types and errors), and only ``commit``, which waits for ``fsync``, goes
+to a thread, so that the loop serves others meanwhile.
+
+Two things change because a statement no longer waits in a thread:
+
+* **Busy waits are the loop's, not the thread's.** A write that finds another connection holding
+  SQLite's write lock (``SQLITE_BUSY``) must not block the loop's thread, or the holder, a session
+  of this same loop, could never finish: the deadlock SQLite's ``busy_timeout`` would cause here.
+  The connection's own busy timeout is 0 and the wait is the loop's: until a transaction of this
+  process ends (the usual holder), or a backoff (0.5 to 20 ms) where another process holds the
+  lock, retried for up to :data:`BUSY_WAIT_S` (the ``busy_timeout`` used before), then raised.
+* **A long statement holds the loop.** Every statement of the hub is an indexed lookup or a batch
+  bounded by its caller; the same statement in aiosqlite's thread held the GIL for most of its
+  run anyway (rows are built as Python objects).
+
+``sqlite+inline://`` names this driver (``sqlite://`` maps to it); ``sqlite+aiosqlite://`` still
+selects aiosqlite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy.dialects import registry
+from sqlalchemy.dialects.sqlite.aiosqlite import (
+    AsyncAdapt_aiosqlite_connection,
+    AsyncAdapt_aiosqlite_dbapi,
+    SQLiteDialect_aiosqlite,
+)
+
+__all__ = ["BUSY_WAIT_S", "InlineSQLiteDialect"]
+
+BUSY_WAIT_S = 30.0
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, 261})  # SQLITE_BUSY, SQLITE_BUSY_RECOVERY
+_FIRST_BACKOFF_S = 0.0005
+_MAX_BACKOFF_S = 0.02
+
+T = TypeVar("T")
+
+_committer: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _commit_thread() -> concurrent.futures.ThreadPoolExecutor:
+    """The one thread every engine of this process commits in (SQLite has one writer anyway)."""
+    global _committer
+    if _committer is None:
+        _committer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sqlite-commit")
+    return _committer
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    # SQLITE_BUSY_SNAPSHOT (517) is not retried: only a new transaction sees the newer snapshot.
+    return getattr(exc, "sqlite_errorcode", None) in _BUSY_CODES
+
+
+async def _retrying(call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)`` on the loop's thread; while SQLite answers busy, wait and try again."""
+    backoff = _FIRST_BACKOFF_S
+    deadline = time.monotonic() + BUSY_WAIT_S
+    while True:
+        try:
+            return call(*args)
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or time.monotonic() >= deadline:
+                raise
+        await _lock_released(backoff)
+        backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+
+# Writers of this process waiting for SQLite's write lock: woken as soon as a transaction of this
+# process ends (the usual holder), else after their backoff (another process holds it).
+_waiting: list[asyncio.Future[None]] = []
+
+
+async def _lock_released(timeout_s: float) -> None:
+    released: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    _waiting.append(released)
+    try:
+        await asyncio.wait_for(released, timeout_s)
+    except TimeoutError:
+        pass
+    finally:
+        with contextlib.suppress(ValueError):
+            _waiting.remove(released)
+
+
+def _wake_writers(_: object) -> None:
+    _transaction_ended()
+
+
+def _transaction_ended() -> None:
+    while _waiting:
+        released = _waiting.pop()
+        if not released.done():
+            with contextlib.suppress(RuntimeError):  # its loop is gone
+                released.set_result(None)
+
+
+class _Cursor:
+    """An aiosqlite-shaped cursor whose coroutines do their work without suspending."""
+
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self._cursor = cursor
+
+    async def __aenter__(self) -> _Cursor:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._cursor.close()
+
+    @property
+    def description(self) -> Any:
+        return self._cursor.description
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
+
+    @property
+    def lastrowid(self) -> int | None:
+        return self._cursor.lastrowid
+
+    @property
+    def arraysize(self) -> int:
+        return self._cursor.arraysize
+
+    @arraysize.setter
+    def arraysize(self, value: int) -> None:
+        self._cursor.arraysize = value
+
+    async def execute(self, sql: str, parameters: Any = ()) -> _Cursor:
+        await _retrying(self._cursor.execute, sql, parameters if parameters is not None else ())
+        return self
+
+    async def executemany(self, sql: str, parameters: Iterable[Any]) -> _Cursor:
+        rows = parameters if isinstance(parameters, Sequence) else list(parameters)  # retried whole
+        await _retrying(self._cursor.executemany, sql, rows)
+        return self
+
+    async def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    async def fetchmany(self, size: int | None = None) -> list[Any]:
+        return self._cursor.fetchmany(size if size is not None else self._cursor.arraysize)
+
+    async def fetchall(self) -> list[Any]:
+        return self._cursor.fetchall()
+
+    async def close(self) -> None:
+        self._cursor.close()
+
+    async def setinputsizes(self, *sizes: Any) -> None:
+        return None
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        while (row := self._cursor.fetchone()) is not None:
+            yield row
+
+
+class _Connection:
+    """An aiosqlite-shaped connection over one ``sqlite3`` connection: statements inline,
+    ``commit`` in the driver's worker thread (it waits for ``fsync``)."""
+
+    def __init__(self, conn: sqlite3.Connection, committer: concurrent.futures.Executor) -> None:
+        self._conn = conn
+        self._connection: sqlite3.Connection | None = conn  # SQLAlchemy's adapter tests it
+        self._committer = committer
+        self._committing: asyncio.Future[None] | None = None
+
+    @property
+    def isolation_level(self) -> str | None:
+        return self._conn.isolation_level
+
+    def cursor(self) -> _Cursor:
+        return _Cursor(self._conn.cursor())
+
+    async def execute(self, sql: str, parameters: Any = ()) -> _Cursor:
+        return await self.cursor().execute(sql, parameters)
+
+    async def create_function(self, *args: Any, **kwargs: Any) -> None:
+        self._conn.create_function(*args, **kwargs)
+
+    async def commit(self) -> None:
+        if not self._conn.in_transaction:
+            return  # nothing to make durable: no hop
+        loop = asyncio.get_running_loop()
+        backoff = _FIRST_BACKOFF_S
+        deadline = time.monotonic() + BUSY_WAIT_S
+        while True:
+            # Shielded: a cancelled caller must not leave the thread committing while the loop
+            # rolls the same connection back; the next call on it waits for the commit instead.
+            self._committing = loop.run_in_executor(self._committer, self._conn.commit)
+            self._committing.add_done_callback(_wake_writers)
+            try:
+                await asyncio.shield(self._committing)
+                return
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() >= deadline:
+                    raise
+            await _lock_released(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    async def _settled(self) -> None:
+        """Wait for a commit a cancelled caller left running (its outcome is the caller's)."""
+        committing, self._committing = self._committing, None
+        if committing is not None and not committing.done():
+            await asyncio.wait([committing])
+
+    async def rollback(self) -> None:
+        await self._settled()
+        try:
+            self._conn.rollback()
+        finally:
+            _transaction_ended()
+
+    async def close(self) -> None:
+        await self._settled()
+        self._connection = None
+        self._conn.close()
+
+    def stop(self) -> None:
+        """Close at once (SQLAlchemy's terminate of an invalidated connection)."""
+        self._connection = None
+        self._conn.close()
+
+
+class _AdaptedConnection(AsyncAdapt_aiosqlite_connection):
+    __slots__ = ()
+
+    @property
+    def isolation_level(self) -> str | None:
+        return self._connection.isolation_level  # type: ignore[no-any-return]
+
+    @isolation_level.setter
+    def isolation_level(self, value: str | None) -> None:
+        self._connection._conn.isolation_level = value
+
+
+class _InlineModule:
+    """What SQLAlchemy's adapter reads of the ``aiosqlite`` module."""
+
+    Connection = _Connection
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sqlite3, name)  # errors, sqlite_version
+
+
+class _InlineDBAPI(AsyncAdapt_aiosqlite_dbapi):
+    def __init__(self) -> None:
+        super().__init__(_InlineModule(), sqlite3)  # type: ignore[arg-type]
+
+    def connect(self, *args: Any, **kwargs: Any) -> _AdaptedConnection:  # type: ignore[override]
+        kwargs.pop("async_creator_fn", None)
+        kwargs["timeout"] = 0  # busy waits are asyncio sleeps (see the module docstring)
+        kwargs["check_same_thread"] = False  # commits run in the worker thread
+        try:
+            conn = sqlite3.connect(*args, **kwargs)
+        except Exception as error:
+            self._handle_exception_no_connection(error)
+        return _AdaptedConnection(self, _Connection(conn, _commit_thread()))  # type: ignore[arg-type]
+
+
+class InlineSQLiteDialect(SQLiteDialect_aiosqlite):
+    """``sqlite+inline``: SQLAlchemy's aiosqlite dialect over :class:`_InlineDBAPI`."""
+
+    driver = "inline"
+    supports_statement_cache = True
+
+    @classmethod
+    def import_dbapi(cls) -> _InlineDBAPI:  # type: ignore[override]
+        return _InlineDBAPI()
+
+    def retrieve_dbapi_version(self, dbapi: Any) -> Any:
+        return None
+
+
+registry.register("sqlite.inline", __name__, "InlineSQLiteDialect")
