@@ -1,10 +1,14 @@
 """The hub's commands to this node (run, stop): validated, answered once each, repeats answered
 with the first answer.
 
-Commands run concurrently, so that a start waiting on the kernel (fork, cgroup joins, exec: 8-26 ms)
+Commands run concurrently, so that a start waiting on the kernel (fork, cgroup joins, exec: 8-40 ms)
 does not hold the ones queued behind it; the commands of one placement still run in the order
 they came (a stop waits for its placement's start), and a repeat of a command still running is
-answered, once that one ends, with its answer.
+answered, once that one ends, with its answer. A run of a new placement is answered on receipt
+(accepted), before its process starts: the start's outcome is the placement's state report. An
+agent that dies in between comes back without the placement, which the hub then ends Lost and
+places again (``Hub._reconcile_agent_placements``): nothing accepted is lost, and the process
+never ran, so nothing runs twice.
 """
 
 from __future__ import annotations
@@ -93,15 +97,38 @@ class Commands:
         sends it again."""
         if before is not None:
             await asyncio.wait([before])
+        if self._new_run(command):
+            # Answered on receipt: the hub's round goes on while the process starts (a fork and
+            # the cgroup joins, 10-40 ms here); how the start went is the placement's state report
+            # (Running, or Failed with the exec error), as for any later change. This task ends
+            # only once the start has, so a stop of the placement still waits for it.
+            assert command.spec is not None
+            entry = self.runner.accept(command.placement_id, command.workload_id, command.spec)
+            ack = self._keep(CommandAckV1(command_id=command.command_id, accepted=True))
+            await self.link.reply(msg, ack)
+            await self.runner.launch(entry)
+            return ack
         try:
             ack = await self.execute(command)
         except Exception as exc:  # never leave a command unanswered
             log.exception("command %s failed", command.command_id)
             ack = CommandAckV1(command_id=command.command_id, accepted=False, reason=f"agent error: {exc}")
-        self._acks[command.command_id] = ack
+        await self.link.reply(msg, self._keep(ack))
+        return ack
+
+    def _new_run(self, command: CommandV1) -> bool:
+        """A run of a placement this agent neither runs nor had stopped: it will be started."""
+        return (
+            command.kind == "run"
+            and not self.runner.knows(command.placement_id)
+            and command.placement_id not in self.runner.tombstones
+        )
+
+    def _keep(self, ack: CommandAckV1) -> CommandAckV1:
+        """Remember ``ack`` to answer a repeat of its command the same way."""
+        self._acks[ack.command_id] = ack
         while len(self._acks) > ACKS_KEPT:
             self._acks.popitem(last=False)
-        await self.link.reply(msg, ack)
         return ack
 
     async def _answer_repeat(self, msg: Msg, first: asyncio.Task[CommandAckV1]) -> None:

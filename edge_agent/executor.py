@@ -133,11 +133,25 @@ class ProcessRunner:
         return placement_id in self.placements
 
     async def start(self, placement_id: str, workload_id: str, spec: RunSpec) -> None:
-        """Start a placement; an exec failure becomes a Failed state, never an exception."""
+        """Start a placement; a failure to start becomes a Failed state, never an exception."""
+        await self.launch(self.accept(placement_id, workload_id, spec))
+
+    def accept(self, placement_id: str, workload_id: str, spec: RunSpec) -> RunningPlacement:
+        """Take a placement on (known from now on: a repeat of its run is a duplicate); its
+        process starts with :meth:`launch`."""
         state = PlacementState(placement_id=placement_id, workload_id=workload_id, state="Running")
         entry = RunningPlacement(state=state, spec=spec, cpu=spec.cpu, memory=spec.memory)
         self.placements[placement_id] = entry
-        error = await self._spawn(entry)
+        return entry
+
+    async def launch(self, entry: RunningPlacement) -> None:
+        """Start an accepted placement's process; a failure to start becomes a Failed state."""
+        placement_id, state = entry.state.placement_id, entry.state
+        try:
+            error = await self._spawn(entry)
+        except Exception as exc:  # its sandbox could not be made (a full disk, ...): Failed, reported
+            log.exception("placement %s could not start", placement_id)
+            error = (126, f"agent error: {exc}")
         if error is not None:
             self._fail_without_process(entry, error)
             return
