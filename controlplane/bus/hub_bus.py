@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.errors import MaxPayloadError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
@@ -103,6 +104,7 @@ class HubBus:
         self._handlers: AgentHandlers | None = None
         self.command_timeout_s = command_timeout_s
         self._conns: dict[str, NATS] = {}
+        self._heartbeat_subs: list[Subscription] = []
         self._seed = seed
         self._tls = tls
         # Enrolled agents ask from their own inbox prefix only; a request whose reply subject is
@@ -182,7 +184,9 @@ class HubBus:
             if (url, register_all) not in registered:
                 registered.add((url, register_all))
                 await nc.subscribe(register_all, cb=self._take_register)
-            await nc.subscribe(subjects.agent_wildcard("heartbeat"), cb=self._handle_heartbeat)
+            self._heartbeat_subs.append(
+                await nc.subscribe(subjects.agent_wildcard("heartbeat"), cb=self._handle_heartbeat)
+            )
             await nc.subscribe(subjects.agent_wildcard("report"), cb=self._handle_report)
         for nc in self._conns.values():
             await nc.flush(timeout=5)
@@ -200,6 +204,11 @@ class HubBus:
             self._up_since[url] = None
 
         return disconnected
+
+    def unread_heartbeats(self) -> int:
+        """Heartbeats received but not yet handled (waiting in the subscriptions' queues): while
+        there are some, a node's silence may be the hub's backlog, not the node's."""
+        return sum(sub.pending_msgs for sub in self._heartbeat_subs)
 
     def hearing_since(self, cluster: str) -> float | None:
         """Since when (event-loop time) the hub has been able to hear the cluster's agents without a

@@ -40,6 +40,7 @@ from controlplane.hub.forget import ForgottenNode, commit_forget, forget_node
 from controlplane.hub.learning import InterferenceLearning
 from controlplane.hub.leases import (
     STALL_SHARE,
+    HearingSince,
     hearing_after,
     hold_for,
     hold_over,
@@ -76,6 +77,9 @@ STOP_GRACE_S = 10.0
 # Up to this many nodes every round passes over all of them (cheap, and it sees any change of a
 # node's last word); beyond, the lease clock looks only at those whose earliest expiry came.
 FULL_LEASE_SCAN_UP_TO = 256
+# How long a round may wait for the hub to read the heartbeats waiting in its subscriptions before
+# it declares nodes silent (a loaded hub's backlog is not the nodes' silence).
+CATCH_UP_S = 1.0
 # Registrations written in one transaction at most (a storm is admitted in batches of this size).
 ADMIT_BATCH = 200
 # Workloads created in one transaction at most (POSTs waiting together are written together).
@@ -676,6 +680,9 @@ class Hub:
         for cluster in sorted(self._deaf - scan.deaf):
             log.info("NATS connection for cluster %s is back: every node gets a full lease", cluster)
         self._deaf = scan.deaf
+        if scan.expired and self.bus.unread_heartbeats():
+            scan.expired = await self._still_silent(scan.expired, hearing)
+            now = asyncio.get_running_loop().time()
         partitioned = self._note_partitions(scan.expired, now)
         released = [n for n in self._held_nodes() if hold_over(n, now, hearing)]
         if not scan.expired and not released:
@@ -689,6 +696,26 @@ class Hub:
                 if live.status == "Ready":
                     self.registry.leases.arm(live)
             raise
+
+    async def _still_silent(self, expired: list[NodeLive], hearing: HearingSince) -> list[NodeLive]:
+        """The hub is behind on its intake (heartbeats wait unread in its subscriptions): let it
+        read them (at most ``CATCH_UP_S``) and keep of ``expired`` only the nodes still silent then;
+        the others are watched again. A node is not declared silent for a heartbeat the hub has
+        received but not yet read (the false NotReady of a loaded hub)."""
+        deadline = time.monotonic() + CATCH_UP_S
+        while time.monotonic() < deadline:  # bounded: CATCH_UP_S
+            if not self.bus.unread_heartbeats():
+                break
+            await asyncio.sleep(0.001)  # the heartbeat handlers run meanwhile
+        now = asyncio.get_running_loop().time()
+        silent = []
+        for live in expired:
+            since = hearing(live.cluster)
+            if live.status == "Ready" and (since is None or now - max(live.last_seen, since) <= live.lease_s):
+                self.registry.leases.arm(live)  # heard after all (or deaf now: the next round sees it)
+            else:
+                silent.append(live)
+        return silent
 
     def _held_nodes(self) -> list[NodeLive]:
         """The nodes whose work is held now (a pass over the held ones, not the fleet)."""
