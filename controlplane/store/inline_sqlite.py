@@ -5,7 +5,8 @@ to a thread of its own and waits for the answer: a hop costs about 0.14 ms on th
 machine, a session makes ten or more, and ``SELECT 1`` in a transaction took 1.7 ms where SQLite
 itself needs microseconds. Here the statements run inline, through SQLAlchemy's own adapter for
 aiosqlite (the same SQL, types and errors), and only ``commit``, which waits for ``fsync``, goes
-to a thread, so that the loop serves others meanwhile.
+to a thread, so that the loop serves others meanwhile, as does a statement with many rows
+(:data:`THREADED_ROWS`).
 
 Two things change because a statement no longer waits in a thread:
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -43,6 +45,9 @@ from sqlalchemy.dialects.sqlite.aiosqlite import (
 __all__ = ["BUSY_WAIT_S", "InlineSQLiteDialect"]
 
 BUSY_WAIT_S = 30.0
+# A statement with this many rows or more runs in the worker thread: a fleet's batch of telemetry
+# rows must not hold the loop (sqlite3 lets go of the GIL while SQLite works).
+THREADED_ROWS = 64
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, 261})  # SQLITE_BUSY, SQLITE_BUSY_RECOVERY
 _FIRST_BACKOFF_S = 0.0005
 _MAX_BACKOFF_S = 0.02
@@ -109,10 +114,12 @@ def _transaction_ended() -> None:
 
 
 class _Cursor:
-    """An aiosqlite-shaped cursor whose coroutines do their work without suspending."""
+    """An aiosqlite-shaped cursor whose coroutines do their work without suspending, but for a
+    statement with many rows (see :data:`THREADED_ROWS`)."""
 
-    def __init__(self, cursor: sqlite3.Cursor) -> None:
+    def __init__(self, cursor: sqlite3.Cursor, connection: _Connection) -> None:
         self._cursor = cursor
+        self._connection = connection
 
     async def __aenter__(self) -> _Cursor:
         return self
@@ -146,7 +153,10 @@ class _Cursor:
 
     async def executemany(self, sql: str, parameters: Iterable[Any]) -> _Cursor:
         rows = parameters if isinstance(parameters, Sequence) else list(parameters)  # retried whole
-        await _retrying(self._cursor.executemany, sql, rows)
+        if len(rows) >= THREADED_ROWS:
+            await self._connection.in_thread(self._cursor.executemany, sql, rows)
+        else:
+            await _retrying(self._cursor.executemany, sql, rows)
         return self
 
     async def fetchone(self) -> Any:
@@ -177,14 +187,14 @@ class _Connection:
         self._conn = conn
         self._connection: sqlite3.Connection | None = conn  # SQLAlchemy's adapter tests it
         self._committer = committer
-        self._committing: asyncio.Future[None] | None = None
+        self._threaded: asyncio.Future[None] | None = None
 
     @property
     def isolation_level(self) -> str | None:
         return self._conn.isolation_level
 
     def cursor(self) -> _Cursor:
-        return _Cursor(self._conn.cursor())
+        return _Cursor(self._conn.cursor(), self)
 
     async def execute(self, sql: str, parameters: Any = ()) -> _Cursor:
         return await self.cursor().execute(sql, parameters)
@@ -195,16 +205,21 @@ class _Connection:
     async def commit(self) -> None:
         if not self._conn.in_transaction:
             return  # nothing to make durable: no hop
+        await self.in_thread(self._conn.commit)
+
+    async def in_thread(self, call: Callable[..., Any], *args: Any) -> None:
+        """``call(*args)`` in the driver's worker thread, while SQLite answers busy retried as
+        :func:`_retrying` does; every transaction end wakes the writers waiting for the lock."""
         loop = asyncio.get_running_loop()
         backoff = _FIRST_BACKOFF_S
         deadline = time.monotonic() + BUSY_WAIT_S
         while True:
-            # Shielded: a cancelled caller must not leave the thread committing while the loop
-            # rolls the same connection back; the next call on it waits for the commit instead.
-            self._committing = loop.run_in_executor(self._committer, self._conn.commit)
-            self._committing.add_done_callback(_wake_writers)
+            # Shielded: a cancelled caller must not leave the thread using the connection while
+            # the loop rolls it back; the next call on it waits for the thread instead.
+            self._threaded = loop.run_in_executor(self._committer, functools.partial(call, *args))
+            self._threaded.add_done_callback(_wake_writers)
             try:
-                await asyncio.shield(self._committing)
+                await asyncio.shield(self._threaded)
                 return
             except sqlite3.OperationalError as exc:
                 if not _busy(exc) or time.monotonic() >= deadline:
@@ -213,8 +228,8 @@ class _Connection:
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
     async def _settled(self) -> None:
-        """Wait for a commit a cancelled caller left running (its outcome is the caller's)."""
-        committing, self._committing = self._committing, None
+        """Wait for a threaded call a cancelled caller left running (its outcome is the caller's)."""
+        committing, self._threaded = self._threaded, None
         if committing is not None and not committing.done():
             await asyncio.wait([committing])
 

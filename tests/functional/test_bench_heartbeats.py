@@ -41,7 +41,9 @@ def test_a_tiny_fleet_heartbeats_without_a_false_expiry_and_reports_its_cost_bes
     # The hub's histogram saw the heartbeats: a p99 bucket bound, under a lease (3 s).
     assert only["lag_p99_ms"] is not None and 0 < only["lag_p99_ms"] <= 2500, only
     assert only["heartbeats_sent"] >= AGENTS * 3
+    # The generator's own schedule, measured: a first heartbeat within its 1 Hz slot of admission.
+    assert 0 <= only["generator_late_max_ms"] and 0 <= only["first_heartbeat_gap_max_ms"] < 3000, only
     lines = run.stdout.splitlines()
-    assert any(line.startswith(f"| {AGENTS} |") and line.count("|") == 10 for line in lines), run.stdout
+    assert any(line.startswith(f"| {AGENTS} |") and line.count("|") == 12 for line in lines), run.stdout
     if png is not None:
         assert png.stat().st_size > 1000

@@ -111,3 +111,21 @@ async def test_a_commit_whose_caller_was_cancelled_lands_and_the_connection_serv
         async with store.session() as s:
             await s.execute(text(f"INSERT INTO t VALUES ({x})"))
     assert _rows(store) == [5, 6, 7]
+
+
+async def test_a_statement_with_many_rows_runs_in_the_worker_thread_and_lands_whole(store, monkeypatch):
+    threads: list[str] = []
+    real = inline_sqlite._Connection.in_thread
+
+    async def noted(self, call, *args):
+        threads.append(getattr(call, "__name__", repr(call)))
+        return await real(self, call, *args)
+
+    monkeypatch.setattr(inline_sqlite._Connection, "in_thread", noted)
+    rows = [{"x": n} for n in range(inline_sqlite.THREADED_ROWS * 3)]
+    async with store.session() as s:
+        await s.execute(text("INSERT INTO t VALUES (:x)"), rows)
+        await s.execute(text("INSERT INTO t VALUES (:x)"), [{"x": -1}, {"x": -2}])  # a few: inline
+    assert _rows(store) == sorted([-2, -1, *range(inline_sqlite.THREADED_ROWS * 3)])
+    assert any("executemany" in name for name in threads)  # the big one went to the thread
+    assert sum("executemany" in name for name in threads) == 1  # the small one did not
