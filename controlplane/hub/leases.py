@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import statistics
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -21,6 +23,7 @@ from controlplane.hub.nodes import NodeLive
 
 __all__ = [
     "STALL_SHARE",
+    "IntakeLag",
     "LeaseClock",
     "LeaseScan",
     "PartitionFinding",
@@ -30,6 +33,7 @@ __all__ = [
     "partitions",
     "scan_leases",
     "stall_matters",
+    "still_silent",
 ]
 
 # When the hub began hearing a cluster's bus (None: its connection is down now).
@@ -192,3 +196,42 @@ def hearing_after(hearing_since: HearingSince, resumed_at: float) -> HearingSinc
         return None if heard is None else max(heard, resumed_at)
 
     return since
+
+
+class IntakeLag:
+    """How far behind its intake the hub is: the median, over the last heartbeats it handled, of
+    handled-at minus sent-at. A backlog anywhere on the way (the hub's socket, the server, the
+    subscription's queue) shows in it; one node with a skewed clock does not move a median.
+    Clamped to ``[0, cap_s]``: a fleet whose clocks all run slow cannot hold every lease open."""
+
+    def __init__(self, samples: int = 256, cap_s: float = 10.0) -> None:
+        self._lags: deque[float] = deque(maxlen=samples)
+        self.cap_s = cap_s
+
+    def observe(self, lag_s: float) -> None:
+        self._lags.append(lag_s)
+
+    def seconds(self) -> float:
+        if not self._lags:
+            return 0.0
+        return min(self.cap_s, max(0.0, statistics.median(self._lags)))
+
+
+def still_silent(
+    nodes: Iterable[NodeLive], now: float, hearing_since: HearingSince, slack_s: float
+) -> tuple[list[NodeLive], list[NodeLive]]:
+    """Of nodes found silent beyond their lease, (those silent beyond lease + ``slack_s``, the
+    others): the hub's own intake lag is slack, since their newer heartbeats may be on the way in."""
+    silent: list[NodeLive] = []
+    heard: list[NodeLive] = []
+    for live in nodes:
+        since = hearing_since(live.cluster)
+        if (
+            live.status == "Ready"
+            and since is not None
+            and now - max(live.last_seen, since) > live.lease_s + slack_s
+        ):
+            silent.append(live)
+        else:
+            heard.append(live)
+    return silent, heard

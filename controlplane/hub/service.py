@@ -41,12 +41,14 @@ from controlplane.hub.learning import InterferenceLearning
 from controlplane.hub.leases import (
     STALL_SHARE,
     HearingSince,
+    IntakeLag,
     hearing_after,
     hold_for,
     hold_over,
     partitions,
     scan_leases,
     stall_matters,
+    still_silent,
 )
 from controlplane.hub.nodes import NodeLive
 from controlplane.hub.placement import Placer
@@ -171,6 +173,7 @@ class Hub:
         # The hub's own stalls (SIGSTOP, a paused VM): silence counts from when it woke at the
         # earliest, as from a reconnect (``hub.stall``).
         self.loop_watch = LoopWatch()
+        self.intake_lag = IntakeLag()  # how late the heartbeats it handles are (lease slack)
         self._watch_task: asyncio.Task[None] | None = None
         self._resumed_at = float("-inf")
         self.started = False
@@ -426,6 +429,7 @@ class Hub:
             return
         wall = time.time()
         self.metrics.heartbeat_lag.observe(max(0.0, wall - msg.sent_at))
+        self.intake_lag.observe(wall - msg.sent_at)
         if self.registry.heard(live, msg, loop.time(), wall):
             self.placer.set_node_power(node_name, msg.telemetry.power_source, msg.telemetry.battery_percent)
         self.functions.update_instances(node_name, msg.instances)
@@ -680,7 +684,7 @@ class Hub:
         for cluster in sorted(self._deaf - scan.deaf):
             log.info("NATS connection for cluster %s is back: every node gets a full lease", cluster)
         self._deaf = scan.deaf
-        if scan.expired and self.bus.unread_heartbeats():
+        if scan.expired:
             scan.expired = await self._still_silent(scan.expired, hearing)
             now = asyncio.get_running_loop().time()
         partitioned = self._note_partitions(scan.expired, now)
@@ -698,23 +702,21 @@ class Hub:
             raise
 
     async def _still_silent(self, expired: list[NodeLive], hearing: HearingSince) -> list[NodeLive]:
-        """The hub is behind on its intake (heartbeats wait unread in its subscriptions): let it
-        read them (at most ``CATCH_UP_S``) and keep of ``expired`` only the nodes still silent then;
-        the others are watched again. A node is not declared silent for a heartbeat the hub has
-        received but not yet read (the false NotReady of a loaded hub)."""
+        """Of ``expired``, the nodes silent even allowing for the hub's own backlog: heartbeats
+        waiting unread in its subscriptions are read first (at most ``CATCH_UP_S``), and the
+        hub's intake lag (``leases.IntakeLag``: how late the heartbeats it handles are) is added
+        to their leases; the others are watched again. A node is not declared silent for a
+        heartbeat the hub has not read yet (the false NotReady of a loaded hub)."""
         deadline = time.monotonic() + CATCH_UP_S
         while time.monotonic() < deadline:  # bounded: CATCH_UP_S
             if not self.bus.unread_heartbeats():
                 break
             await asyncio.sleep(0.001)  # the heartbeat handlers run meanwhile
         now = asyncio.get_running_loop().time()
-        silent = []
-        for live in expired:
-            since = hearing(live.cluster)
-            if live.status == "Ready" and (since is None or now - max(live.last_seen, since) <= live.lease_s):
-                self.registry.leases.arm(live)  # heard after all (or deaf now: the next round sees it)
-            else:
-                silent.append(live)
+        silent, heard = still_silent(expired, now, hearing, self.intake_lag.seconds())
+        for live in heard:
+            if live.status == "Ready":
+                self.registry.leases.arm(live)  # heard after all, or maybe on the way: watched again
         return silent
 
     def _held_nodes(self) -> list[NodeLive]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controlplane.federation.config import ClusterConfig
-from controlplane.hub.leases import hold_for, hold_over, partitions, scan_leases
+from controlplane.hub.leases import IntakeLag, hold_for, hold_over, partitions, scan_leases, still_silent
 from controlplane.hub.nodes import NodeLive
 
 NOW = 1000.0
@@ -97,3 +97,20 @@ def test_a_hold_ends_after_lease_plus_hold_of_silence_the_hub_could_hear(silent_
     live = node("n1", silent_s=silent_s, status="NotReady")
     live.held, live.hold_s = True, 30.0
     assert hold_over(live, NOW, hearing(since)) is over
+
+
+def test_the_hubs_intake_lag_is_slack_on_a_lease_and_one_skewed_clock_does_not_move_it():
+    lag = IntakeLag(samples=5, cap_s=10.0)
+    assert lag.seconds() == 0.0
+    for sample in (1.9, 2.0, 2.1, 2.0, -50.0):  # a backlog of about 2 s; one clock far ahead
+        lag.observe(sample)
+    assert lag.seconds() == 2.0
+    for _ in range(5):
+        lag.observe(1e6)  # clocks that all run slow cannot hold leases open forever
+    assert lag.seconds() == 10.0
+
+    nodes = [node("a", silent_s=LEASE + 0.5), node("b", silent_s=LEASE + 2.5)]
+    silent, heard = still_silent(nodes, NOW, hearing({"c1": 0.0}), slack_s=2.0)
+    assert [n.name for n in silent] == ["b"] and [n.name for n in heard] == ["a"]
+    silent, heard = still_silent(nodes, NOW, hearing({"c1": None}), slack_s=0.0)  # deaf: nobody
+    assert silent == [] and len(heard) == 2
