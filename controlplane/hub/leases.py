@@ -61,7 +61,7 @@ def scan_leases(nodes: Iterable[NodeLive], now: float, hearing_since: HearingSin
         since = hearing_since(live.cluster)
         if since is None:
             scan.deaf.add(live.cluster)
-        elif now - max(live.last_seen, since) > live.lease_s:
+        elif now - max(live.last_seen, since) > live.lease_now:
             scan.expired.append(live)
     return scan
 
@@ -87,7 +87,7 @@ class LeaseClock:
 
     def arm(self, live: NodeLive) -> None:
         """Watch ``live`` from its last word plus its lease (replaces an earlier entry)."""
-        self._push(live.name, live.last_seen + live.lease_s)
+        self._push(live.name, live.last_seen + live.lease_now)
         if len(self._heap) > 4 * len(self._entry) + 64:  # stale entries of re-armed nodes
             self._heap = [e for e in self._heap if self._entry.get(e[2]) == e[1]]
             heapq.heapify(self._heap)
@@ -113,13 +113,13 @@ class LeaseClock:
             if since is None:
                 scan.deaf.add(live.cluster)
                 # Nothing expires while the hub is deaf; once it hears again, a full lease.
-                deadline = now + live.lease_s
-            elif now - max(live.last_seen, since) > live.lease_s:
+                deadline = now + live.lease_now
+            elif now - max(live.last_seen, since) > live.lease_now:
                 scan.expired.append(live)
                 del self._entry[name]
                 continue
             else:
-                deadline = max(live.last_seen, since) + live.lease_s
+                deadline = max(live.last_seen, since) + live.lease_now
             # max(): an entry pushed back never comes due again in this same pass.
             self._push(name, max(deadline, now))
         return scan
@@ -152,7 +152,7 @@ def partitions(
         members = [
             n
             for n in everyone
-            if n.cluster == cluster and (n.status == "Ready" or now - n.last_seen <= window + n.lease_s)
+            if n.cluster == cluster and (n.status == "Ready" or now - n.last_seen <= window + n.lease_now)
         ]
         silent = [n for n in members if n.status != "Ready" or n in expired]
         if len(members) >= 3 and len(silent) >= config.partition_share * len(members):
@@ -177,7 +177,7 @@ def hold_over(live: NodeLive, now: float, hearing_since: HearingSince) -> bool:
     since = hearing_since(live.cluster)
     if since is None:
         return False
-    return now - max(live.last_seen, since) > live.lease_s + live.hold_s
+    return now - max(live.last_seen, since) > live.lease_now + live.hold_s
 
 
 def stall_matters(stall_s: float, nodes: Iterable[NodeLive]) -> bool:
@@ -229,7 +229,7 @@ def still_silent(
         if (
             live.status == "Ready"
             and since is not None
-            and now - max(live.last_seen, since) > live.lease_s + slack_s
+            and now - max(live.last_seen, since) > live.lease_now + slack_s
         ):
             silent.append(live)
         else:

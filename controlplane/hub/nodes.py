@@ -37,6 +37,16 @@ class NodeLive:
     # partition, else the cluster's eviction grace.
     held: bool = False
     hold_s: float = 0.0
+    # Added to the lease until the first heartbeat after an admission (Kubernetes'
+    # node-startup-grace-period): in a re-registration storm the answer and the first heartbeat
+    # both cross a swamped hub and agent.
+    startup_s: float = 0.0
+
+    @property
+    def lease_now(self) -> float:
+        """The silence this node is allowed now: its lease, plus the startup grace before its
+        first heartbeat."""
+        return self.lease_s + self.startup_s
 
 
 class NodeDirectory(Protocol):

@@ -245,6 +245,8 @@ class NodeRegistry:
                 status="Ready",
                 boot_id=msg.boot_id,
                 lease_s=msg.heartbeat_interval_s * self.lease_missed_heartbeats,
+                startup_s=msg.heartbeat_interval_s
+                * self.lease_missed_heartbeats,  # a first lease twice as long
                 last_seen=asyncio.get_running_loop().time(),
                 telemetry=telemetry,
                 power_source=power_source,
@@ -259,6 +261,9 @@ class NodeRegistry:
         only (``flush`` writes it); True when its power source or battery changed."""
         live.last_seen = now
         live.last_heartbeat_at = wall
+        if live.startup_s:  # its first heartbeat since the admission: the plain lease from now on
+            live.startup_s = 0.0
+            self.leases.arm(live)
         telemetry = msg.telemetry
         live.telemetry = telemetry_dict(telemetry)
         changed = (

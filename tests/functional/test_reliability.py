@@ -268,7 +268,7 @@ def _silence(running, *names: str, for_s: float) -> None:
     bus._up_since = {url: since - 3600 for url, since in bus._up_since.items() if since is not None}
     for name in names:
         live = running.hub.nodes[name]
-        live.last_seen -= live.lease_s + for_s
+        live.last_seen -= live.lease_now + for_s  # its lease (and startup grace, if not heard yet)
 
 
 def _first_lost(workload: dict) -> bool:
@@ -280,7 +280,7 @@ def _heard(running, *names: str) -> None:
     for name in names:
         live = running.hub.nodes[name]
         live.last_seen = asyncio.get_running_loop().time()
-        live.status, live.held = "Ready", False
+        live.status, live.held, live.startup_s = "Ready", False, 0.0
 
 
 async def test_a_partition_holds_the_silent_nodes_work_for_the_autonomy_window(nats_server, sqlite_url):

@@ -114,3 +114,14 @@ def test_the_hubs_intake_lag_is_slack_on_a_lease_and_one_skewed_clock_does_not_m
     assert [n.name for n in silent] == ["b"] and [n.name for n in heard] == ["a"]
     silent, heard = still_silent(nodes, NOW, hearing({"c1": None}), slack_s=0.0)  # deaf: nobody
     assert silent == [] and len(heard) == 2
+
+
+def test_a_node_just_admitted_has_twice_its_lease_until_its_first_heartbeat():
+    admitted = node("new", silent_s=LEASE * 1.5)
+    admitted.startup_s = LEASE
+    assert scan_leases([admitted], NOW, hearing({})).expired == []  # within the startup grace
+    admitted.startup_s = 0.0  # what its first heartbeat does
+    assert scan_leases([admitted], NOW, hearing({})).expired == [admitted]
+    late = node("late", silent_s=LEASE * 2 + 0.1)
+    late.startup_s = LEASE
+    assert scan_leases([late], NOW, hearing({})).expired == [late]  # silent past the grace too
