@@ -32,7 +32,7 @@ import contextlib
 import functools
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy.dialects import registry
@@ -70,18 +70,28 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
     return getattr(exc, "sqlite_errorcode", None) in _BUSY_CODES
 
 
-async def _retrying(call: Callable[..., T], *args: Any) -> T:
-    """``call(*args)`` on the loop's thread; while SQLite answers busy, wait and try again."""
+async def _until_not_busy(attempt: Callable[[], Awaitable[T]]) -> T:
+    """``await attempt()``; while SQLite answers busy, wait (:func:`_lock_released`) and try
+    again, for up to :data:`BUSY_WAIT_S`."""
     backoff = _FIRST_BACKOFF_S
     deadline = time.monotonic() + BUSY_WAIT_S
     while True:
         try:
-            return call(*args)
+            return await attempt()
         except sqlite3.OperationalError as exc:
             if not _busy(exc) or time.monotonic() >= deadline:
                 raise
         await _lock_released(backoff)
         backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+
+async def _retrying(call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)`` on the loop's thread, retried while SQLite answers busy."""
+
+    async def once() -> T:
+        return call(*args)
+
+    return await _until_not_busy(once)
 
 
 # Writers of this process waiting for SQLite's write lock: woken as soon as a transaction of this
@@ -208,24 +218,18 @@ class _Connection:
         await self.in_thread(self._conn.commit)
 
     async def in_thread(self, call: Callable[..., Any], *args: Any) -> None:
-        """``call(*args)`` in the driver's worker thread, while SQLite answers busy retried as
-        :func:`_retrying` does; every transaction end wakes the writers waiting for the lock."""
+        """``call(*args)`` in the driver's worker thread, retried while SQLite answers busy;
+        every transaction end wakes the writers waiting for the lock."""
         loop = asyncio.get_running_loop()
-        backoff = _FIRST_BACKOFF_S
-        deadline = time.monotonic() + BUSY_WAIT_S
-        while True:
+
+        async def once() -> None:
             # Shielded: a cancelled caller must not leave the thread using the connection while
             # the loop rolls it back; the next call on it waits for the thread instead.
             self._threaded = loop.run_in_executor(self._committer, functools.partial(call, *args))
             self._threaded.add_done_callback(_wake_writers)
-            try:
-                await asyncio.shield(self._threaded)
-                return
-            except sqlite3.OperationalError as exc:
-                if not _busy(exc) or time.monotonic() >= deadline:
-                    raise
-            await _lock_released(backoff)
-            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+            await asyncio.shield(self._threaded)
+
+        await _until_not_busy(once)
 
     async def _settled(self) -> None:
         """Wait for a threaded call a cancelled caller left running (its outcome is the caller's)."""
