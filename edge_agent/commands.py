@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 
 from edgeplane_contract.messages import CommandAckV1, CommandV1, MessageError, decode
 
-from edge_agent.executor import ProcessRunner
+from edge_agent.executor import ProcessRunner, RunningPlacement
 from edge_agent.hub_link import HubLink
 
 __all__ = ["Commands"]
@@ -97,32 +97,20 @@ class Commands:
         sends it again."""
         if before is not None:
             await asyncio.wait([before])
-        if self._new_run(command):
-            # Answered on receipt: the hub's round goes on while the process starts (a fork and
-            # the cgroup joins, 10-40 ms here); how the start went is the placement's state report
-            # (Running, or Failed with the exec error), as for any later change. This task ends
-            # only once the start has, so a stop of the placement still waits for it.
-            assert command.spec is not None
-            entry = self.runner.accept(command.placement_id, command.workload_id, command.spec)
-            ack = self._keep(CommandAckV1(command_id=command.command_id, accepted=True))
-            await self.link.reply(msg, ack)
-            await self.runner.launch(entry)
-            return ack
+        accepted: RunningPlacement | None = None
         try:
-            ack = await self.execute(command)
+            ack, accepted = self.execute(command)
         except Exception as exc:  # never leave a command unanswered
             log.exception("command %s failed", command.command_id)
             ack = CommandAckV1(command_id=command.command_id, accepted=False, reason=f"agent error: {exc}")
         await self.link.reply(msg, self._keep(ack))
+        if accepted is not None:
+            # Answered on receipt: the hub's round goes on while the process starts (a fork and
+            # the cgroup joins, 10-40 ms here); how the start went is the placement's state report
+            # (Running, or Failed with the exec error), as for any later change. This task ends
+            # only once the start has, so a stop of the placement still waits for it.
+            await self.runner.launch(accepted)
         return ack
-
-    def _new_run(self, command: CommandV1) -> bool:
-        """A run of a placement this agent neither runs nor had stopped: it will be started."""
-        return (
-            command.kind == "run"
-            and not self.runner.knows(command.placement_id)
-            and command.placement_id not in self.runner.tombstones
-        )
 
     def _keep(self, ack: CommandAckV1) -> CommandAckV1:
         """Remember ``ack`` to answer a repeat of its command the same way."""
@@ -135,19 +123,19 @@ class Commands:
         ack = await asyncio.shield(first)
         await self.link.reply(msg, dataclasses.replace(ack, duplicate=True))
 
-    async def execute(self, command: CommandV1) -> CommandAckV1:
+    def execute(self, command: CommandV1) -> tuple[CommandAckV1, RunningPlacement | None]:
+        """The answer to ``command``, and the placement a new run took on (its process is yet to
+        be launched), else None."""
+        ack = CommandAckV1(command_id=command.command_id, accepted=True)
         if command.kind == "run":
             assert command.spec is not None
             if self.runner.knows(command.placement_id):
-                return CommandAckV1(command_id=command.command_id, accepted=True, duplicate=True)
+                return dataclasses.replace(ack, duplicate=True), None
             if command.placement_id in self.runner.tombstones:
-                return CommandAckV1(
-                    command_id=command.command_id, accepted=False, reason="placement was stopped"
-                )
-            await self.runner.start(command.placement_id, command.workload_id, command.spec)
-            return CommandAckV1(command_id=command.command_id, accepted=True)
+                return dataclasses.replace(ack, accepted=False, reason="placement was stopped"), None
+            return ack, self.runner.accept(command.placement_id, command.workload_id, command.spec)
         if not self.runner.knows(command.placement_id):
             self.runner.tombstones.add(command.placement_id)
-            return CommandAckV1(command_id=command.command_id, accepted=True, reason="unknown placement")
+            return dataclasses.replace(ack, reason="unknown placement"), None
         self.spawn(self.runner.stop(command.placement_id))
-        return CommandAckV1(command_id=command.command_id, accepted=True)
+        return ack, None
