@@ -33,7 +33,6 @@ __all__ = [
     "partitions",
     "scan_leases",
     "stall_matters",
-    "still_silent",
 ]
 
 # When the hub began hearing a cluster's bus (None: its connection is down now).
@@ -52,8 +51,11 @@ class LeaseScan:
     deaf: set[str] = field(default_factory=set)
 
 
-def scan_leases(nodes: Iterable[NodeLive], now: float, hearing_since: HearingSince) -> LeaseScan:
-    """Silence counts from the later of the node's last word and the hub's reconnect."""
+def scan_leases(
+    nodes: Iterable[NodeLive], now: float, hearing_since: HearingSince, slack_s: float = 0.0
+) -> LeaseScan:
+    """Silence counts from the later of the node's last word and the hub's reconnect; ``slack_s``
+    (the hub's own intake lag, :class:`IntakeLag`) is added to every lease."""
     scan = LeaseScan()
     for live in nodes:
         if live.status != "Ready":
@@ -61,7 +63,7 @@ def scan_leases(nodes: Iterable[NodeLive], now: float, hearing_since: HearingSin
         since = hearing_since(live.cluster)
         if since is None:
             scan.deaf.add(live.cluster)
-        elif now - max(live.last_seen, since) > live.lease_now:
+        elif now - max(live.last_seen, since) > live.lease_now + slack_s:
             scan.expired.append(live)
     return scan
 
@@ -215,23 +217,3 @@ class IntakeLag:
         if not self._lags:
             return 0.0
         return min(self.cap_s, max(0.0, statistics.median(self._lags)))
-
-
-def still_silent(
-    nodes: Iterable[NodeLive], now: float, hearing_since: HearingSince, slack_s: float
-) -> tuple[list[NodeLive], list[NodeLive]]:
-    """Of nodes found silent beyond their lease, (those silent beyond lease + ``slack_s``, the
-    others): the hub's own intake lag is slack, since their newer heartbeats may be on the way in."""
-    silent: list[NodeLive] = []
-    heard: list[NodeLive] = []
-    for live in nodes:
-        since = hearing_since(live.cluster)
-        if (
-            live.status == "Ready"
-            and since is not None
-            and now - max(live.last_seen, since) > live.lease_now + slack_s
-        ):
-            silent.append(live)
-        else:
-            heard.append(live)
-    return silent, heard

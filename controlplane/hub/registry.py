@@ -238,15 +238,15 @@ class NodeRegistry:
         row.heartbeat_interval_s = msg.heartbeat_interval_s
         row.last_heartbeat_at = now
         row.updated_at = now
+        lease_s = msg.heartbeat_interval_s * self.lease_missed_heartbeats
         self._track(
             NodeLive(
                 name=name,
                 cluster=msg.cluster,
                 status="Ready",
                 boot_id=msg.boot_id,
-                lease_s=msg.heartbeat_interval_s * self.lease_missed_heartbeats,
-                startup_s=msg.heartbeat_interval_s
-                * self.lease_missed_heartbeats,  # a first lease twice as long
+                lease_s=lease_s,
+                startup_s=lease_s,  # twice the lease until its first heartbeat (NodeLive.startup_s)
                 last_seen=asyncio.get_running_loop().time(),
                 telemetry=telemetry,
                 power_source=power_source,

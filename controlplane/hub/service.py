@@ -48,7 +48,6 @@ from controlplane.hub.leases import (
     partitions,
     scan_leases,
     stall_matters,
-    still_silent,
 )
 from controlplane.hub.nodes import NodeLive
 from controlplane.hub.placement import Placer
@@ -713,9 +712,10 @@ class Hub:
                 break
             await asyncio.sleep(0.001)  # the heartbeat handlers run meanwhile
         now = asyncio.get_running_loop().time()
-        silent, heard = still_silent(expired, now, hearing, self.intake_lag.seconds())
-        for live in heard:
-            if live.status == "Ready":
+        silent = scan_leases(expired, now, hearing, slack_s=self.intake_lag.seconds()).expired
+        silent_names = {live.name for live in silent}
+        for live in expired:
+            if live.status == "Ready" and live.name not in silent_names:
                 self.registry.leases.arm(live)  # heard after all, or maybe on the way: watched again
         return silent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controlplane.federation.config import ClusterConfig
-from controlplane.hub.leases import IntakeLag, hold_for, hold_over, partitions, scan_leases, still_silent
+from controlplane.hub.leases import IntakeLag, hold_for, hold_over, partitions, scan_leases
 from controlplane.hub.nodes import NodeLive
 
 NOW = 1000.0
@@ -110,9 +110,11 @@ def test_the_hubs_intake_lag_is_slack_on_a_lease_and_one_skewed_clock_does_not_m
     assert lag.seconds() == 10.0
 
     nodes = [node("a", silent_s=LEASE + 0.5), node("b", silent_s=LEASE + 2.5)]
-    silent, heard = still_silent(nodes, NOW, hearing({"c1": 0.0}), slack_s=2.0)
+    silent = scan_leases(nodes, NOW, hearing({"c1": 0.0}), slack_s=2.0).expired
+    heard = [n for n in nodes if n not in silent]
     assert [n.name for n in silent] == ["b"] and [n.name for n in heard] == ["a"]
-    silent, heard = still_silent(nodes, NOW, hearing({"c1": None}), slack_s=0.0)  # deaf: nobody
+    silent = scan_leases(nodes, NOW, hearing({"c1": None}), slack_s=0.0).expired  # deaf: nobody
+    heard = [n for n in nodes if n not in silent]
     assert silent == [] and len(heard) == 2
 
 
