@@ -41,6 +41,8 @@ from controlplane.api.params import (
     InvalidContinueError,
     page,
 )
+from controlplane.api.policies import POLICIES
+from controlplane.api.policies import routes as policy_routes
 from controlplane.api.redact import redact
 from controlplane.api.request import MAX_BODY, check_clusters, json_body
 from controlplane.api.views import (
@@ -63,6 +65,7 @@ from controlplane.bus.authority import NatsAuthority
 from controlplane.errors import NotFoundError, UnavailableError
 from controlplane.hub.service import Hub
 from controlplane.hub.spec import WorkloadSpec
+from controlplane.policies.registry import PolicyRegistry
 from controlplane.store.identities import IdentityStore
 
 __all__ = ["HUB", "create_app"]
@@ -298,6 +301,8 @@ def create_app(
     app.add_routes(function_routes)
     app.add_routes(metrics_routes)
     app.add_routes(log_routes)
+    app[POLICIES] = PolicyRegistry(hub.store)
+    app.add_routes(policy_routes)
     app.add_routes(console.routes)  # the web console: public static files
     enrol.setup(app, nats_authority)
     return app

@@ -21,6 +21,7 @@ from controlplane.hub.spec import (
     WORKLOAD,
     WorkloadSpec,
 )
+from controlplane.policies.upload import POLICY_UPLOAD
 from controlplane.schema import Model
 from controlplane.serverless.spec import FUNCTION, FunctionSpec
 from controlplane.typeschema import type_schema
@@ -54,6 +55,13 @@ def _params(*declared: _Parameter) -> list[dict[str, Any]]:
 
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+_VERSION = {
+    "name": "version",
+    "in": "path",
+    "required": True,
+    "description": "a version number, or v<number>",
+    "schema": {"type": "string", "pattern": "^v?[0-9]+$"},
+}
 
 # Links let a client (and a stateful fuzzer) follow what a POST created.
 _LOG_RESPONSES = {
@@ -390,6 +398,38 @@ _PATHS: dict[str, Any] = {
             "responses": {"200": _json(_model(views.EventPage)), "422": _ERROR},
         }
     },
+    "/v1/policies": {
+        "post": {
+            "operationId": "uploadPolicy",
+            "summary": "Upload a local-policy model as a new version, after its checks (it loads as agents "
+            "load it; it agrees with the version in force on held-out decisions; the same model "
+            "again: 200, no new version)",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("PolicyUpload")}},
+            },
+            "responses": {
+                "201": _json(_model(views.Policy), "Created"),
+                "200": _json(_model(views.Policy), "This model is already a version"),
+                "400": _ERROR,
+                "413": _json(_ref("Error"), "The body is larger than the API takes"),
+                "422": _ERROR,
+            },
+        },
+        "get": {
+            "operationId": "listPolicies",
+            "summary": "Every policy version, oldest first",
+            "responses": {"200": _json(_model(views.PolicyList))},
+        },
+    },
+    "/v1/policies/{version}": {
+        "get": {
+            "operationId": "getPolicy",
+            "summary": "A policy version: checksum, state, its upload check",
+            "parameters": [_VERSION],
+            "responses": {"200": _json(_model(views.Policy)), "404": _ERROR, "422": _ERROR},
+        }
+    },
     "/v1/scheduler/interference": {
         "get": {
             "operationId": "getInterference",
@@ -468,6 +508,7 @@ _REQUEST_MODELS: tuple[Model[Any], ...] = (
     AFFINITY_WITHOUT_LABELS,
     ANTI_AFFINITY,
     FUNCTION,
+    POLICY_UPLOAD,
 )
 
 

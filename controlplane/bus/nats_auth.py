@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import re
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -292,9 +292,12 @@ def render_leaf_config(
     for user in users:
         lines.append(f"    {json.dumps(user, separators=(', ', ': '))}")
     if not users:
-        # No agent enrolled yet: a user nobody can be (an unknown nkey), so that the server
-        # still refuses anonymous clients rather than admitting everyone.
-        lines.append(f'    {{"user": "nobody", "password": "{secrets.token_hex(16)}"}}')
+        # No agent enrolled yet: a user nobody can be (a password no one is told), so that the
+        # server still refuses anonymous clients rather than admitting everyone. Derived from the
+        # site's seed, not drawn afresh: the same nodes must render the same text, or every
+        # sync pass would rewrite the file and reload the server for nothing.
+        password = hashlib.sha256(b"edgeplane-leaf-nobody:" + site_seed.encode()).hexdigest()[:32]
+        lines.append(f'    {{"user": "nobody", "password": "{password}"}}')
     lines.append("  ]")
     lines.append("}")
     lines.append("leafnodes {")

@@ -1,4 +1,5 @@
-"""``controlplane policy train|export|eval|bench``: build and measure the edge agent's local policy.
+"""``controlplane policy train|export|eval|bench|push|list``: build and measure the edge agent's
+local policy, and keep its versions in a running hub.
 
 * ``train``: draw training and validation states (cached as ``.npz`` in ``--work-dir``), distil
   the reward argmax into the MLP, optionally fine-tune, write ``weights.npz`` and a report;
@@ -8,7 +9,9 @@
   dynamic), measured on held-out seeds; the best is shipped with ``metadata.json``;
 * ``eval``: the shipped models against the heuristic and baselines on held-out seeds;
   ``eval --algo ppo --model DIR``: a PPO run against the heuristic on held-out episodes;
-* ``bench``: decision latency on one pinned CPU (:mod:`controlplane.policy.bench`).
+* ``bench``: decision latency on one pinned CPU (:mod:`controlplane.policy.bench`);
+* ``push`` / ``list``: upload a model to a hub as a new version, list the versions
+  (:mod:`controlplane.policies.client`; the checks are the hub's, :mod:`controlplane.policies.check`).
 """
 
 from __future__ import annotations
@@ -71,6 +74,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--check-horizon", type=float, default=900.0, help="measured seconds per held-out check episode"
     )
+    from controlplane.policies.client import configure_client
+
+    configure_client(sub)
     ev = sub.add_parser("eval", help="compare the shipped policy with the heuristic and baselines")
     ev.add_argument("--model-dir", default=DEFAULT_MODEL_DIR, help="the model files to evaluate")
     ev.add_argument("--eval-seeds", type=int, default=3, help="held-out seeds (1000 states each)")
@@ -455,6 +461,11 @@ def _eval(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     command = args.policy_command
+    if command in ("push", "list"):
+        from controlplane.commands.client_options import run_verb
+        from controlplane.policies.client import list_policies, push
+
+        return run_verb(args, push if command == "push" else list_policies)
     if command == "train":
         return _train(args)
     if command == "export":

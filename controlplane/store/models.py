@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from controlplane.store.secrets import SealedSpec
@@ -230,3 +230,25 @@ class NodeCredentialRow(Base):
     # "dpu"}): it may not claim more later (hub/registration.py) until an admin approves it
     # (``controlplane node approve-capacity``) or re-keys it. None: not registered yet.
     capacity: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class PolicyRow(Base):
+    """A version of the agents' local policy (an ONNX model and its metadata), as uploaded with
+    ``POST /v1/policies`` after its checks (controlplane/policies). Versions are never reused;
+    the model's bytes are kept so that agents can fetch it."""
+
+    __tablename__ = "policies"
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    size: Mapped[int] = mapped_column(Integer)
+    model: Mapped[bytes] = mapped_column(LargeBinary)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON)
+    description: Mapped[str] = mapped_column(String(200), default="")
+    # The held-out check against the version current at upload: agreement, mean rewards, cases.
+    evaluation: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float)
+    created_by: Mapped[str] = mapped_column(String(63))
+    # "available" (kept, runs nowhere by the hub's choice), "promoted" (the fleet's version: at
+    # most one), "rolled_back" (taken off by an operator or the canary controller).
+    state: Mapped[str] = mapped_column(String(16), default="available")

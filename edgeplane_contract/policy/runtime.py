@@ -163,6 +163,20 @@ class LocalPolicy:
         return cls(path=model_path, session=session, metadata=metadata, fallback_reason=None)
 
     @classmethod
+    def load_strict(cls, path: str | Path) -> LocalPolicy:
+        """As :meth:`load`, but a model that cannot be used raises (ModelLoadError or
+        ModelIncompatibleError, with the reason) instead of falling back: for checking an
+        uploaded or fetched model before it is kept."""
+        model_path = Path(path)
+        try:
+            session, metadata = cls._open(model_path)
+        except ModelLoadError:
+            raise
+        except Exception as exc:
+            raise ModelLoadError(str(model_path), repr(exc)) from None
+        return cls(path=model_path, session=session, metadata=metadata, fallback_reason=None)
+
+    @classmethod
     def heuristic(cls) -> LocalPolicy:
         """A policy that always uses the heuristic (no model, no warning): for comparisons."""
         return cls(path=DEFAULT_MODEL_PATH, session=None, metadata={}, fallback_reason="heuristic requested")

@@ -45,6 +45,10 @@ def topology(tmp_path: Path) -> Iterator[tuple[LocalTopology, str]]:
     )
     with topo:
         yield topo, seed
+    # Shown only when the test fails (captured stdout): what the servers said, e.g. which
+    # reloads they did and whom they refused.
+    for log_file in sorted((tmp_path / "nats").glob("*.log")):
+        print(f"--- {log_file.name}\n" + "\n".join(log_file.read_text(errors="replace").splitlines()[-40:]))
 
 
 async def _enrol(running: Any, name: str, cluster: str) -> tuple[str, dict[str, Any]]:

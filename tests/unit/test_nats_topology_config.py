@@ -70,6 +70,12 @@ def test_the_leaf_server_admits_its_nodes_and_connects_out_with_the_sites_seed(t
     )
     assert '"user": "nobody"' in empty  # no node yet: still no anonymous clients
     _nats_server_accepts(tmp_path / "empty.conf", empty)
+    # The same nodes render the same text (the sync loop reloads a server only when its file
+    # changes: a fresh password per render reloaded an empty site every pass).
+    again = render_leaf_config(
+        site=SITE, site_seed=SITE_SEED, nodes=[], listen=("127.0.0.1", 15222), remotes=[("127.0.0.1", 17422)]
+    )
+    assert again == empty
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,7 @@ from controlplane.api.views.nodes import (
     RevokedNode,
     RevokedUnknownNode,
 )
+from controlplane.api.views.policies import Policy, PolicyEvaluation, PolicyList
 from controlplane.api.views.probes import Liveness, Readiness
 from controlplane.api.views.scheduling import Interference
 from controlplane.api.views.workloads import (
@@ -64,6 +65,8 @@ __all__ = [
     "NodePage",
     "Placement",
     "PlacementExplanation",
+    "Policy",
+    "PolicyList",
     "Queued",
     "Readiness",
     "Revoked",
@@ -107,6 +110,9 @@ RESPONSE_MODELS: tuple[type, ...] = (
     Event,
     EventPage,
     Interference,
+    PolicyEvaluation,
+    Policy,
+    PolicyList,
 )
 # The stored specs a response carries have components of their own (openapi.py adds them).
 _COMPONENTS: dict[Any, str] = {

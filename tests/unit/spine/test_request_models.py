@@ -15,6 +15,7 @@ from controlplane.api.openapi import openapi_document
 from controlplane.errors import InvocationFailedError, ValidationError, error_body
 from controlplane.hub.spec import AFFINITY, AFFINITY_WITHOUT_LABELS, ANTI_AFFINITY, RESOURCES, WORKLOAD
 from controlplane.schema import Choice, Integer, Model, Number, Text
+from controlplane.policies.upload import POLICY_UPLOAD
 from controlplane.serverless.spec import FUNCTION
 
 jsonschema_rs = pytest.importorskip("jsonschema_rs")
@@ -33,11 +34,12 @@ BASES: dict[str, dict[str, Any]] = {
     "Affinity": {},
     "AffinityWithoutLabels": {},
     "AntiAffinity": {},
+    "PolicyUpload": {"model": "AAAA", "metadata": {}},
 }
 
 
 def _models() -> list[Model[Any]]:
-    return [WORKLOAD, FUNCTION, RESOURCES, AFFINITY, AFFINITY_WITHOUT_LABELS, ANTI_AFFINITY]
+    return [WORKLOAD, FUNCTION, RESOURCES, AFFINITY, AFFINITY_WITHOUT_LABELS, ANTI_AFFINITY, POLICY_UPLOAD]
 
 
 def _document_accepts(component: str, body: Any) -> bool:
@@ -138,6 +140,12 @@ CUSTOM_CASES = [
     ("FunctionSpec", {"runtime": "command", "command": None}, False),
     ("FunctionSpec", {"handler": None}, False),
     ("FunctionSpec", {"runtime": "command", "command": [""]}, False),
+    ("PolicyUpload", {"model": ""}, False),
+    ("PolicyUpload", {"model": 5}, False),
+    ("PolicyUpload", {"metadata": []}, False),
+    ("PolicyUpload", {"description": "x" * 200}, True),
+    ("PolicyUpload", {"description": "x" * 201}, False),
+    ("PolicyUpload", {"min_agreement": None}, False),
 ]
 
 

@@ -27,6 +27,7 @@ from controlplane.store.models import (
     InvocationRow,
     NodeRow,
     PlacementRow,
+    PolicyRow,
     WorkloadRow,
 )
 from controlplane.typeschema import StoredAs, type_schema
@@ -83,6 +84,27 @@ def _node() -> NodeRow:
 
 async def _samples() -> dict[type, list[Any]]:
     """At least one sample of every response model, rendered as the routes render them."""
+    policy = views.Policy.of(
+        PolicyRow(
+            version=2,
+            sha256="ab" * 32,
+            size=68_000,
+            model=b"",
+            meta={"feature_schema_version": 2},
+            description="retrained",
+            evaluation={
+                "agreement": 0.93,
+                "mean_reward": 0.31,
+                "reference_mean_reward": 0.3,
+                "reference": "v1",
+                "cases": 512,
+                "seeds": [10900, 10901],
+            },
+            created_at=1_700_000_000.0,
+            created_by="admin",
+            state="promoted",
+        )
+    )
     workload = WorkloadRow(
         id="w1",
         name="job",
@@ -173,8 +195,11 @@ async def _samples() -> dict[type, list[Any]]:
         views.EventPage([event], 7, 100),
         views.Interference.of(_learned(), {"learned": 1, "invalid": 0}),
         views.Interference.of(None, {}),
+        policy,
+        views.PolicyList([policy], 1),
     ]
     nested = [
+        policy.evaluation,
         node.power,
         *views.Workload.of(workload, placements).placements,
         function.stats,

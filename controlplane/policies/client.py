@@ -1,0 +1,105 @@
+"""``controlplane policy push|list``: the policy versions of a running hub, through its API."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from controlplane.client.http import ClientError, HubClient
+from controlplane.client.render import dump, table
+
+__all__ = ["configure_client", "list_policies", "push"]
+
+_HEADER = ["VERSION", "STATE", "SHA256", "BYTES", "AGREEMENT", "REWARD", "VS", "CREATED", "DESCRIPTION"]
+
+
+def configure_client(sub: Any) -> None:
+    from controlplane.commands.client_options import add_client_arguments, add_output_argument
+
+    push_parser = sub.add_parser("push", help="upload a model to the hub as a new policy version")
+    push_parser.add_argument("model", metavar="MODEL.onnx", help="the ONNX model file")
+    push_parser.add_argument(
+        "--metadata", metavar="FILE", help="its metadata.json (default: metadata.json next to the model)"
+    )
+    push_parser.add_argument(
+        "--description", default="", help="what this version is (at most 200 characters)"
+    )
+    push_parser.add_argument(
+        "--min-agreement",
+        type=float,
+        metavar="SHARE",
+        help="share of held-out decisions on which it must agree with the version in force "
+        "(0-1; the hub's default 0.5)",
+    )
+    add_output_argument(push_parser)
+    add_client_arguments(push_parser)
+    list_parser = sub.add_parser("list", help="the hub's policy versions")
+    add_output_argument(list_parser)
+    add_client_arguments(list_parser)
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ClientError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+
+
+def push(client: HubClient, args: argparse.Namespace) -> int:
+    model_path = Path(args.model)
+    metadata_path = Path(args.metadata) if args.metadata else model_path.parent / "metadata.json"
+    model = _read(model_path, "model")
+    try:
+        metadata = json.loads(_read(metadata_path, "metadata"))
+    except ValueError as exc:
+        raise ClientError(f"{metadata_path} is not JSON: {exc}") from None
+    body: dict[str, Any] = {
+        "model": base64.b64encode(model).decode(),
+        "metadata": metadata,
+        "description": args.description,
+    }
+    if args.min_agreement is not None:
+        body["min_agreement"] = args.min_agreement
+    reply = client.call("POST", "/v1/policies", body)
+    policy = reply.body
+    if args.output != "table":
+        print(dump(policy, args.output))
+        return 0
+    e = policy["evaluation"]
+    verb = "registered" if reply.status == 201 else "is already registered (the same model)"
+    print(
+        f"policy v{policy['version']} {verb}: agrees with {e['reference']} on {e['agreement']:.1%} of "
+        f"{e['cases']} held-out decisions; mean reward {e['mean_reward']:.4f} "
+        f"(the reference's {e['reference_mean_reward']:.4f})"
+    )
+    return 0
+
+
+def _row(p: dict[str, Any]) -> list[str]:
+    e = p["evaluation"]
+    return [
+        f"v{p['version']}",
+        p["state"],
+        p["sha256"][:12],
+        str(p["size"]),
+        f"{e['agreement']:.1%}",
+        f"{e['mean_reward']:.4f}",
+        e["reference"],
+        p["created_at"],
+        p["description"],
+    ]
+
+
+def list_policies(client: HubClient, args: argparse.Namespace) -> int:
+    items = client.get("/v1/policies")["items"]
+    if args.output != "table":
+        print(dump(items, args.output))
+    elif items:
+        print(table(_HEADER, [_row(p) for p in items]))
+    else:
+        print("No policy versions yet (the agents run the model they ship with).", file=sys.stderr)
+    return 0

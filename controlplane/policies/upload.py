@@ -1,0 +1,89 @@
+"""The ``POST /v1/policies`` body: a model (base64 of the ONNX file) and its ``metadata.json``."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from typing import Any
+
+from controlplane.errors import ValidationError
+from controlplane.schema import Custom, Field, Model, Number
+
+__all__ = ["DEFAULT_MIN_AGREEMENT", "MAX_MODEL_BYTES", "POLICY_UPLOAD", "PolicyUpload"]
+
+# The API takes bodies up to 1 MiB (base64 adds a third): the shipped int8 model is 68 kB.
+MAX_MODEL_BYTES = 640 * 1024
+# A new version must pick the same action as the version in force on at least this share of the
+# held-out decisions unless the upload says otherwise: a model that disagrees on most of them
+# is more likely a wrong file than an improvement, and a canary is where improvements show.
+DEFAULT_MIN_AGREEMENT = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyUpload:
+    model: bytes
+    metadata: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    min_agreement: float = DEFAULT_MIN_AGREEMENT
+
+
+def _model(value: Any, where: str) -> bytes:
+    if not isinstance(value, str) or not value:
+        raise ValidationError("must be the ONNX model file as base64", field=where)
+    if len(value) > (MAX_MODEL_BYTES + 2) // 3 * 4:
+        raise ValidationError(f"the model is larger than {MAX_MODEL_BYTES} bytes", field=where)
+    try:
+        blob = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValidationError("is not valid base64", field=where) from None
+    if not blob:
+        raise ValidationError("must be the ONNX model file as base64", field=where)
+    return blob
+
+
+def _metadata(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValidationError("must be the model's metadata.json object", field=where)
+    return value
+
+
+def _description(value: Any, where: str) -> str:
+    if not isinstance(value, str) or len(value) > 200 or "\x00" in value:
+        raise ValidationError("must be a string of at most 200 characters", field=where)
+    return value
+
+
+POLICY_UPLOAD: Model[PolicyUpload] = Model(
+    "PolicyUpload",
+    PolicyUpload,
+    (
+        Field(
+            "model",
+            Custom(
+                _model,
+                {
+                    "type": "string",
+                    "contentEncoding": "base64",
+                    "minLength": 1,
+                    "maxLength": (MAX_MODEL_BYTES + 2) // 3 * 4,
+                },
+            ),
+            required=True,
+            description=f"the ONNX model file, base64 (at most {MAX_MODEL_BYTES} bytes decoded)",
+        ),
+        Field(
+            "metadata",
+            Custom(_metadata, {"type": "object"}),
+            required=True,
+            description="the model's metadata.json (feature schema version, action space, ...)",
+        ),
+        Field("description", Custom(_description, {"type": "string", "maxLength": 200})),
+        Field(
+            "min_agreement",
+            Number("must be a number from 0 to 1", low=0.0, high=1.0),
+            description="the share of held-out decisions on which it must pick the same action "
+            "as the version in force",
+        ),
+    ),
+)
