@@ -50,6 +50,7 @@ from edge_agent.local_decisions import LocalDecider
 from edge_agent.logs import LogFiles, LogService
 from edge_agent.metrics import AgentState, MetricsServer, agent_registry
 from edge_agent.outbox import DurableOutbox
+from edge_agent.policy_updates import PolicyUpdates, load_current
 from edge_agent.registration import Registration
 from edge_agent.reports import OUTBOX_FILE, Reports
 from edge_agent.restarts import Backoff, RestartChoice
@@ -144,6 +145,13 @@ class Agent:
             functions=self.functions,
             decisions=self.decisions,
             counters=self.counters,
+        )
+        self.policy_updates = PolicyUpdates(
+            policy_dir=Path(config.work_dir) / "policy",
+            hub_public_key=config.hub_public_key,
+            shipped=config.policy_model,
+            enabled=config.local_policy,
+            install=self._install_policy,
         )
         self.reports = Reports(
             config=config,
@@ -262,6 +270,10 @@ class Agent:
             reward=lambda: self.decider.reward_config,
         )
 
+    def _install_policy(self, policy: Any, version: int | None) -> None:
+        """A policy version from the hub (edge_agent/policy_updates.py) decides from now on."""
+        self.decider.policy, self.decider.policy_version = policy, version
+
     def _advise_restart(self, entry: RunningPlacement) -> RestartChoice:
         return advise_restart(self.decider, self.counters, entry)
 
@@ -275,9 +287,10 @@ class Agent:
 
     async def run(self) -> None:
         if self.config.local_policy:
-            from edgeplane_contract.policy.runtime import LocalPolicy
-
-            self.policy = LocalPolicy.load(self.config.policy_model)
+            # The version the hub last installed here, if it still loads; else the shipped model.
+            policy, version = load_current(self.policy_updates.policy_dir, self.config.policy_model)
+            self.policy, self.decider.policy_version = policy, version
+            self.policy_updates.version = version
         # Work a previous run of this agent left (it died, and its processes with it) is resumed
         # once the hub says it still wants it here, or without the hub within the autonomy window:
         # decided beside the connection, so that the node keeps serving whether or not a hub answers.
@@ -306,6 +319,7 @@ class Agent:
         await nc.subscribe(self.subjects.retire(name), cb=self.invocations.on_retire)
         await nc.subscribe(self.subjects.bid(name), cb=self.bids.on_bid)
         await nc.subscribe(self.subjects.node(name, "decisions"), cb=self.bids.on_decisions)
+        await nc.subscribe(self.subjects.policy(name), cb=self.policy_updates.on_policy)
         await nc.flush(timeout=5)
         self.registration.trigger()
         self._tasks = [

@@ -220,6 +220,7 @@ def _configure(args: argparse.Namespace, overrides: dict[str, Any]) -> object:
         config = load_agent_config(args.config, _with_credentials(overrides, credentials, str(stored)))
         config.nats_seed = credentials.seed
         config.inbox_prefix = credentials.inbox_prefix
+        config.hub_public_key = credentials.hub_public_key or config.hub_public_key
     config.nats_tls = NatsTls.from_options(args.nats_ca, args.nats_cert, args.nats_key)
     return config
 

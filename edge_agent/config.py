@@ -106,6 +106,9 @@ class AgentConfig:
     nats_seed: str = field(default="", repr=False)
     inbox_prefix: str = ""
     nats_tls: NatsTls | None = None
+    # The hub's nkey public key, which signs policy versions (from the credentials, else the
+    # file's ``hub_public_key``); "": policy versions are refused (the shipped model stays).
+    hub_public_key: str = ""
 
 
 _KEYS = {
@@ -126,6 +129,7 @@ _KEYS = {
     "reward",
     "local_policy",
     "policy_model",
+    "hub_public_key",
     "privacy_epsilon",
     "decision_log_limit",
     "restart_backoff_s",
@@ -291,6 +295,10 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
     if model is not None and not isinstance(model, str):
         raise fail("policy_model", "must be a path to an .onnx file")
     cfg.policy_model = model
+    hub_key = data.get("hub_public_key", "")
+    if not isinstance(hub_key, str) or (hub_key and (len(hub_key) != 56 or not hub_key.startswith("U"))):
+        raise fail("hub_public_key", "must be the hub's nkey public key (U and 55 characters)")
+    cfg.hub_public_key = hub_key
     epsilon = data.get("privacy_epsilon", cfg.privacy_epsilon)
     if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or not 0 < epsilon <= 100:
         raise fail("privacy_epsilon", "must be a number in (0, 100]")

@@ -83,6 +83,7 @@ async def join(
             nats_url=str(reply["nats_url"]),
             subject_prefix=str(reply["subject_prefix"]),
             inbox_prefix=str(reply["inbox_prefix"]),
+            hub_public_key=str(reply.get("hub_public_key") or ""),
         )
     except (KeyError, TypeError):
         raise JoinError(f"the hub's answer is not a join reply: {str(reply)[:200]}") from None

@@ -85,6 +85,7 @@ class Heartbeats:
                     telemetry=self.telemetry(),
                     running=self.runner.running_ids(),
                     instances=self.functions.snapshot(),
+                    policy_version=self.decider.policy_version,
                 )
                 try:
                     await nc.publish(self.subjects.heartbeat(self.config.name), encode(heartbeat))

@@ -59,6 +59,7 @@ class LocalDecider:
         self.counters = counters
         self.reward_config = config.reward
         self.policy: Any = None
+        self.policy_version: int | None = None  # the hub's version number; None: shipped
 
     def node_view(
         self,

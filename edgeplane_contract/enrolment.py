@@ -30,6 +30,9 @@ class AgentCredentials:
     nats_url: str
     subject_prefix: str
     inbox_prefix: str
+    # The hub's nkey public key: what the agent verifies policy versions with (""; unknown, as
+    # in files written before it was kept: the agent then refuses policy versions).
+    hub_public_key: str = ""
 
     @property
     def public_key(self) -> str:
@@ -60,6 +63,9 @@ def load_credentials(path: Path) -> AgentCredentials:
         public_key_of(values["seed"])
     except ValueError as exc:
         raise ConfigError(source, "seed", str(exc)) from None
+    hub_key = raw.get("hub_public_key", "")
+    if not isinstance(hub_key, str):
+        raise ConfigError(source, "hub_public_key", "must be a string")
     if path.stat().st_mode & 0o077:
         raise ConfigError(source, "<file>", "holds a secret but others may read it: chmod 600 it")
-    return AgentCredentials(**values)
+    return AgentCredentials(**values, hub_public_key=hub_key)

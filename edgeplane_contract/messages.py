@@ -54,6 +54,8 @@ __all__ = [
     "NodeResources",
     "OfferSpec",
     "PlacementState",
+    "PolicyAckV1",
+    "PolicyV1",
     "PrewarmAckV1",
     "PrewarmV1",
     "RegisterAckV1",
@@ -126,6 +128,9 @@ class Subjects:
 
     def retire(self, node: str) -> str:
         return self.node(node, "fn.retire")
+
+    def policy(self, node: str) -> str:
+        return self.node(node, "policy")
 
     def hub_hello(self) -> str:
         return f"{self.prefix}.hub.hello"
@@ -357,6 +362,8 @@ class HeartbeatV1:
     telemetry: Telemetry
     running: list[str] = field(default_factory=list)  # placement ids running now
     instances: list[FunctionInstance] = field(default_factory=list)
+    # The local policy version it decides with (None: the model it shipped with).
+    policy_version: int | None = None
     v: int = SCHEMA_VERSION
 
 
@@ -556,6 +563,42 @@ class HubHelloV1:
     TYPE: ClassVar[str] = "hub_hello"
     hub_id: str
     started_at: float
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class PolicyV1:
+    """Hub -> agent (request on ``node.<n>.policy``): run policy ``version``, whose files have
+    these checksums and sizes, signed by the hub's key (:mod:`edgeplane_contract.policy.signing`);
+    ``version`` None: go back to the shipped model (nothing to fetch or sign). A message may carry
+    one chunk of a file (``part`` "model" or "metadata", base64 ``data`` at byte ``offset``): the
+    agent answers what it needs next, so that a transfer resumes where it broke off."""
+
+    TYPE: ClassVar[str] = "policy"
+    version: int | None
+    model_sha256: str = ""
+    model_size: int = 0
+    metadata_sha256: str = ""
+    metadata_size: int = 0
+    signature: str = ""
+    part: str = ""
+    offset: int = 0
+    data: str = ""
+    v: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class PolicyAckV1:
+    """Agent -> hub: ``state`` "running" (it decides with ``version`` now), "need" (send ``part``
+    from ``offset``) or "refused" (``reason``: bad signature, checksum, or a model that does not
+    load here; the hub does not send it again until the version changes)."""
+
+    TYPE: ClassVar[str] = "policy_ack"
+    version: int | None
+    state: str
+    part: str = ""
+    offset: int = 0
+    reason: str = ""
     v: int = SCHEMA_VERSION
 
 

@@ -6,7 +6,7 @@ import json
 
 from aiohttp import web
 
-from controlplane.api import console, enrol
+from controlplane.api import console, enrol, policies
 from controlplane.api.audit import AuditLog
 from controlplane.api.auth import (
     AUDIT,
@@ -41,8 +41,6 @@ from controlplane.api.params import (
     InvalidContinueError,
     page,
 )
-from controlplane.api.policies import POLICIES
-from controlplane.api.policies import routes as policy_routes
 from controlplane.api.redact import redact
 from controlplane.api.request import MAX_BODY, check_clusters, json_body
 from controlplane.api.views import (
@@ -65,7 +63,6 @@ from controlplane.bus.authority import NatsAuthority
 from controlplane.errors import NotFoundError, UnavailableError
 from controlplane.hub.service import Hub
 from controlplane.hub.spec import WorkloadSpec
-from controlplane.policies.registry import PolicyRegistry
 from controlplane.store.identities import IdentityStore
 
 __all__ = ["HUB", "create_app"]
@@ -301,8 +298,7 @@ def create_app(
     app.add_routes(function_routes)
     app.add_routes(metrics_routes)
     app.add_routes(log_routes)
-    app[POLICIES] = PolicyRegistry(hub.store)
-    app.add_routes(policy_routes)
+    policies.setup(app, hub)
     app.add_routes(console.routes)  # the web console: public static files
     enrol.setup(app, nats_authority)
     return app

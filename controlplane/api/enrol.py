@@ -160,6 +160,7 @@ async def join(request: web.Request) -> web.Response:
         nats_url=authority.agent_url(enrolled),
         subject_prefix=authority.subject_prefix(enrolled),
         inbox_prefix=authority.inbox_prefix(enrolled, node),
+        hub_public_key=authority.hub_public_key,
     )
     return web.json_response(to_json(reply), status=201)
 

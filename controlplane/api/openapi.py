@@ -21,7 +21,7 @@ from controlplane.hub.spec import (
     WORKLOAD,
     WorkloadSpec,
 )
-from controlplane.policies.upload import POLICY_UPLOAD
+from controlplane.policies.upload import POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD
 from controlplane.schema import Model
 from controlplane.serverless.spec import FUNCTION, FunctionSpec
 from controlplane.typeschema import type_schema
@@ -430,6 +430,53 @@ _PATHS: dict[str, Any] = {
             "responses": {"200": _json(_model(views.Policy)), "404": _ERROR, "422": _ERROR},
         }
     },
+    "/v1/policies/{version}/rollout": {
+        "post": {
+            "operationId": "rolloutPolicy",
+            "summary": "Run a version on some nodes (a canary): named nodes, whole clusters, or a stable "
+            "percent of all nodes; the hub brings them to it within seconds",
+            "parameters": [_VERSION],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("PolicyRollout")}},
+            },
+            "responses": {
+                "200": _json(_model(views.PolicyRolloutResult)),
+                "400": _ERROR,
+                "404": _ERROR,
+                "409": _json(_ref("Error"), "The version was rolled back"),
+                "422": _ERROR,
+            },
+        }
+    },
+    "/v1/policies/{version}/promote": {
+        "post": {
+            "operationId": "promotePolicy",
+            "summary": "Make a version the fleet's: every node without a canary assignment runs it",
+            "parameters": [_VERSION],
+            "responses": {
+                "200": _json(_model(views.Policy)),
+                "404": _ERROR,
+                "409": _json(_ref("Error"), "The version was rolled back"),
+                "422": _ERROR,
+            },
+        }
+    },
+    "/v1/policies/{version}/rollback": {
+        "post": {
+            "operationId": "rollbackPolicy",
+            "summary": "Take a version off every node (its canaries go back to the fleet's version; "
+            "if it was the fleet's, the fleet goes back to the shipped model)",
+            "parameters": [_VERSION],
+            "requestBody": {"content": {"application/json": {"schema": _ref("PolicyRollback")}}},
+            "responses": {
+                "200": _json(_model(views.Policy)),
+                "400": _ERROR,
+                "404": _ERROR,
+                "422": _ERROR,
+            },
+        }
+    },
     "/v1/scheduler/interference": {
         "get": {
             "operationId": "getInterference",
@@ -509,6 +556,8 @@ _REQUEST_MODELS: tuple[Model[Any], ...] = (
     ANTI_AFFINITY,
     FUNCTION,
     POLICY_UPLOAD,
+    POLICY_ROLLOUT,
+    POLICY_ROLLBACK,
 )
 
 

@@ -1,21 +1,50 @@
-"""Versioned local policies: upload, list, read (``/v1/policies``)."""
+"""Versioned local policies (``/v1/policies``): upload, list, read; roll a version out to some
+nodes, promote it to the fleet, roll it back. The distributor (controlplane/policies/
+distribution.py) then brings every node to the version it should run."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+
 from aiohttp import web
 
-from controlplane.api.auth import principal_of
-from controlplane.api.request import json_body
-from controlplane.api.views import Policy, PolicyList, to_json
-from controlplane.errors import ValidationError
-from controlplane.policies.registry import PolicyRegistry
-from controlplane.policies.upload import POLICY_UPLOAD
+from edgeplane_contract.aio import stop_task
 
-__all__ = ["POLICIES", "routes"]
+from controlplane.api.auth import principal_of
+from controlplane.api.keys import HUB
+from controlplane.api.request import json_body
+from controlplane.api.views import Policy, PolicyList, PolicyRolloutResult, to_json
+from controlplane.errors import ValidationError
+from controlplane.hub.service import Hub
+from controlplane.policies.distribution import PolicyDistributor
+from controlplane.policies.registry import PolicyRegistry
+from controlplane.policies.upload import POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD, PolicyRollout
+from controlplane.store.models import PolicyRow
+
+__all__ = ["POLICIES", "POLICY_DISTRIBUTOR", "routes", "setup"]
 
 POLICIES = web.AppKey("policies", PolicyRegistry)
+POLICY_DISTRIBUTOR = web.AppKey("policy_distributor", PolicyDistributor)
 
 routes = web.RouteTableDef()
+
+
+def setup(app: web.Application, hub: Hub) -> None:
+    """The routes, the registry, and the distributor's loop for the app's lifetime."""
+    registry = PolicyRegistry(hub.store)
+    app[POLICIES] = registry
+    distributor = PolicyDistributor(registry=registry, hub=hub)
+    app[POLICY_DISTRIBUTOR] = distributor
+    app.add_routes(routes)
+
+    async def distribute(_app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(distributor.run(), name="policy-distribution")
+        yield
+        await stop_task(task)
+
+    app.cleanup_ctx.append(distribute)
 
 
 def _version(request: web.Request) -> int:
@@ -25,24 +54,82 @@ def _version(request: web.Request) -> int:
     return int(text)
 
 
+def _who(request: web.Request) -> str:
+    principal = principal_of(request)
+    return principal.name if principal is not None else "anonymous"
+
+
 @routes.post("/v1/policies")
 async def upload_policy(request: web.Request) -> web.Response:
     upload = POLICY_UPLOAD.parse(await json_body(request))
-    principal = principal_of(request)
-    registered = await request.app[POLICIES].register(
-        upload, created_by=principal.name if principal is not None else "anonymous"
+    registered = await request.app[POLICIES].register(upload, created_by=_who(request))
+    return web.json_response(
+        to_json(_policy(request, registered.row)), status=201 if registered.created else 200
     )
-    return web.json_response(to_json(Policy.of(registered.row)), status=201 if registered.created else 200)
 
 
 @routes.get("/v1/policies")
 async def list_policies(request: web.Request) -> web.Response:
-    rows = await request.app[POLICIES].list()
-    items = [Policy.of(row) for row in rows]
+    items = [_policy(request, row) for row in await request.app[POLICIES].versions()]
     return web.json_response(to_json(PolicyList(items=items, total=len(items))))
 
 
 @routes.get("/v1/policies/{version}")
 async def get_policy(request: web.Request) -> web.Response:
     row = await request.app[POLICIES].get(_version(request))
-    return web.json_response(to_json(Policy.of(row)))
+    return web.json_response(to_json(_policy(request, row)))
+
+
+@routes.post("/v1/policies/{version}/rollout")
+async def rollout_policy(request: web.Request) -> web.Response:
+    version = _version(request)
+    target = POLICY_ROLLOUT.parse(await json_body(request))
+    nodes = _targets(request.app[HUB], target)
+    changed = await request.app[POLICIES].assign(version, nodes, by=_who(request))
+    request.app[POLICY_DISTRIBUTOR].wake()
+    return web.json_response(to_json(PolicyRolloutResult(version=version, nodes=nodes, changed=changed)))
+
+
+@routes.post("/v1/policies/{version}/promote")
+async def promote_policy(request: web.Request) -> web.Response:
+    row = await request.app[POLICIES].promote(_version(request), by=_who(request))
+    request.app[POLICY_DISTRIBUTOR].wake()
+    return web.json_response(to_json(_policy(request, row)))
+
+
+@routes.post("/v1/policies/{version}/rollback")
+async def rollback_policy(request: web.Request) -> web.Response:
+    version = _version(request)
+    body = POLICY_ROLLBACK.parse(await json_body(request, optional=True) or {})
+    row = await request.app[POLICIES].rollback(version, by=_who(request), reason=body.reason)
+    request.app[POLICY_DISTRIBUTOR].wake()
+    return web.json_response(to_json(_policy(request, row)))
+
+
+def _targets(hub: Hub, target: PolicyRollout) -> list[str]:
+    """The node names a rollout names, every one known to the hub (ValidationError otherwise)."""
+    known = hub.nodes
+    if target.nodes:
+        for name in target.nodes:
+            if name not in known:
+                raise ValidationError(f"node {name!r} is not known to the hub", field="nodes")
+        return sorted(set(target.nodes))
+    if target.clusters:
+        for cluster in target.clusters:
+            if hub.federation.cluster(cluster) is None:
+                raise ValidationError(f"cluster {cluster!r} is not in the federation", field="clusters")
+        return sorted(n for n, live in known.items() if live.cluster in target.clusters)
+    assert target.percent is not None
+    return sorted(n for n in known if _bucket(n) < target.percent)
+
+
+def _bucket(node: str) -> int:
+    """0-99, fixed per name: a percent rollout picks the same nodes each time, and more of them
+    as the percent rises (the nodes of 10% are among those of 20%)."""
+    return int(hashlib.sha256(node.encode()).hexdigest()[:8], 16) % 100
+
+
+def _policy(request: web.Request, row: PolicyRow) -> Policy:
+    hub = request.app[HUB]
+    running = sorted(n for n, live in hub.nodes.items() if live.policy_version == row.version)
+    return Policy.of(row, running_on=running)

@@ -145,6 +145,11 @@ class HubBus:
         return Subjects(cluster=cluster, prefix=cfg.subject_prefix if cfg else DEFAULT_PREFIX)
 
     @property
+    def signing_seed(self) -> str | None:
+        """The hub's nkey seed (None: it connects anonymously): it also signs policy versions."""
+        return self._seed
+
+    @property
     def connected(self) -> bool:
         return bool(self._conns) and all(nc.is_connected for nc in self._conns.values())
 

@@ -41,6 +41,8 @@ class NodeLive:
     # node-startup-grace-period): in a re-registration storm the answer and the first heartbeat
     # both cross a swamped hub and agent.
     startup_s: float = 0.0
+    # The local policy version the agent decides with, as its heartbeats say (None: shipped).
+    policy_version: int | None = None
 
     @property
     def lease_now(self) -> float:

@@ -432,6 +432,7 @@ class Hub:
         if self.registry.heard(live, msg, loop.time(), wall):
             self.placer.set_node_power(node_name, msg.telemetry.power_source, msg.telemetry.battery_percent)
         self.functions.update_instances(node_name, msg.instances)
+        live.policy_version = msg.policy_version
         if live.status != "Ready":
             live.held = False  # back within the autonomy window: its held work simply goes on
             async with self._lock, self.store.session() as s:

@@ -170,6 +170,11 @@ class HubCollector(Collector):
         gpus = _gauge("edgeplane_node_gpus_allocated", "Whole GPUs held by placements", per_node)
         gpu_cap = _gauge("edgeplane_node_gpus", "GPUs the node offers", per_node)
         mig = _gauge("edgeplane_node_mig_slices_allocated", "MIG slices held by placements", per_node)
+        policy = _gauge(
+            "edgeplane_node_policy_version",
+            "The local policy version the node decides with (0: the model it shipped with)",
+            per_node,
+        )
         for live in hub.nodes.values():
             by_status[live.status] += 1
             labels = [live.name, live.cluster]
@@ -189,10 +194,11 @@ class HubCollector(Collector):
             cpu_cap.add_metric(labels, float(offered.get("cpu", 0.0)))
             mem_cap.add_metric(labels, float(offered.get("memory", 0)))
             gpu_cap.add_metric(labels, float(offered.get("gpus", 0)))
+            policy.add_metric(labels, float(live.policy_version or 0))
         nodes = _gauge("edgeplane_nodes", "Nodes known to the hub, by status", ["status"])
         for status, count in sorted(by_status.items()):
             nodes.add_metric([status], float(count))
-        yield from (nodes, ready, battery, level, w3, cpu, cpu_cap, mem, mem_cap, gpus, gpu_cap, mig)
+        yield from (nodes, ready, battery, level, w3, cpu, cpu_cap, mem, mem_cap, gpus, gpu_cap, mig, policy)
 
     def _bus(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         bus = self.hub.bus

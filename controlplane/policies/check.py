@@ -15,7 +15,6 @@ version in force.
 from __future__ import annotations
 
 import hashlib
-import json
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from edgeplane_contract.policy.bundle import MODEL_NAME, metadata_bytes, write_version
 from edgeplane_contract.policy.errors import ModelLoadError
-from edgeplane_contract.policy.runtime import METADATA_NAME, LocalPolicy
+from edgeplane_contract.policy.runtime import LocalPolicy
 
 from controlplane.errors import ValidationError
 from controlplane.policy.env import EVAL_SEED_BASE
@@ -32,7 +32,6 @@ from controlplane.policy.samples import Samples, generate
 
 __all__ = ["GATE_SEED_BASE", "MODEL_NAME", "Evaluation", "checked_metadata", "evaluate", "open_model"]
 
-MODEL_NAME = "model.onnx"
 GATE_SEED_BASE = EVAL_SEED_BASE + 900
 GATE_SEEDS = 2
 GATE_STATES_PER_SEED = 256
@@ -71,20 +70,11 @@ def checked_metadata(model: bytes, metadata: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def write_model(directory: Path, model: bytes, metadata: dict[str, Any]) -> Path:
-    """``directory/model.onnx`` and its ``metadata.json``, as an agent keeps a version."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / MODEL_NAME
-    path.write_bytes(model)
-    (directory / METADATA_NAME).write_text(json.dumps(metadata, sort_keys=True), encoding="utf-8")
-    return path
-
-
 def open_model(model: bytes, metadata: dict[str, Any]) -> LocalPolicy:
     """The model as an agent would run it, or ValidationError naming why it cannot run."""
     with tempfile.TemporaryDirectory(prefix="edgeplane-policy-") as tmp:
         try:
-            policy = LocalPolicy.load_strict(write_model(Path(tmp), model, metadata))
+            policy = LocalPolicy.load_strict(write_version(Path(tmp), model, metadata_bytes(metadata)))
         except ModelLoadError as exc:
             field = "metadata" if "incompatible" in exc.reason or "metadata" in exc.reason else "model"
             raise ValidationError(exc.reason, field=field) from None

@@ -12,7 +12,7 @@ from typing import Any
 from controlplane.client.http import ClientError, HubClient
 from controlplane.client.render import dump, table
 
-__all__ = ["configure_client", "list_policies", "push"]
+__all__ = ["VERBS", "configure_client", "list_policies", "promote", "push", "rollback", "rollout"]
 
 _HEADER = ["VERSION", "STATE", "SHA256", "BYTES", "AGREEMENT", "REWARD", "VS", "CREATED", "DESCRIPTION"]
 
@@ -40,6 +40,20 @@ def configure_client(sub: Any) -> None:
     list_parser = sub.add_parser("list", help="the hub's policy versions")
     add_output_argument(list_parser)
     add_client_arguments(list_parser)
+    rollout = sub.add_parser("rollout", help="run a version on some nodes (a canary)")
+    rollout.add_argument("version", help="a version (3 or v3)")
+    target = rollout.add_mutually_exclusive_group(required=True)
+    target.add_argument("--nodes", metavar="A,B", help="these nodes")
+    target.add_argument("--clusters", metavar="C,D", help="every node of these clusters")
+    target.add_argument("--percent", type=int, metavar="P", help="this share of all nodes (1-100)")
+    add_client_arguments(rollout)
+    promote = sub.add_parser("promote", help="make a version the fleet's")
+    promote.add_argument("version", help="a version (3 or v3)")
+    add_client_arguments(promote)
+    rollback = sub.add_parser("rollback", help="take a version off every node")
+    rollback.add_argument("version", help="a version (3 or v3)")
+    rollback.add_argument("--reason", default="", help="why (recorded in the event)")
+    add_client_arguments(rollback)
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -103,3 +117,41 @@ def list_policies(client: HubClient, args: argparse.Namespace) -> int:
     else:
         print("No policy versions yet (the agents run the model they ship with).", file=sys.stderr)
     return 0
+
+
+def _path(version: str, action: str) -> str:
+    if not version.removeprefix("v").isdigit():
+        raise ClientError(f"{version!r} is not a policy version (e.g. 3 or v3)")
+    return f"/v1/policies/{version.removeprefix('v')}/{action}"
+
+
+def _names(raw: str) -> list[str]:
+    return [n.strip() for n in raw.split(",") if n.strip()]
+
+
+def rollout(client: HubClient, args: argparse.Namespace) -> int:
+    if args.nodes:
+        body: dict[str, Any] = {"nodes": _names(args.nodes)}
+    elif args.clusters:
+        body = {"clusters": _names(args.clusters)}
+    else:
+        body = {"percent": args.percent}
+    result = client.call("POST", _path(args.version, "rollout"), body).body
+    nodes = ", ".join(result["nodes"]) or "no node"
+    print(f"policy v{result['version']} rolled out to {nodes} ({len(result['changed'])} changed)")
+    return 0
+
+
+def promote(client: HubClient, args: argparse.Namespace) -> int:
+    policy = client.call("POST", _path(args.version, "promote"), send_body=False).body
+    print(f"policy v{policy['version']} promoted: every node without a canary assignment runs it")
+    return 0
+
+
+def rollback(client: HubClient, args: argparse.Namespace) -> int:
+    policy = client.call("POST", _path(args.version, "rollback"), {"reason": args.reason}).body
+    print(f"policy v{policy['version']} rolled back: its nodes return to the fleet's version")
+    return 0
+
+
+VERBS = {"push": push, "list": list_policies, "rollout": rollout, "promote": promote, "rollback": rollback}

@@ -6,14 +6,14 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import delete, select, update
 
 from edgeplane_contract.policy.runtime import LocalPolicy
 
-from controlplane.errors import NotFoundError, ValidationError
+from controlplane.errors import ConflictError, NotFoundError, ValidationError
 from controlplane.policies.check import Evaluation, checked_metadata, evaluate, open_model
 from controlplane.policies.upload import PolicyUpload
-from controlplane.store.models import PolicyRow
+from controlplane.store.models import PolicyAssignmentRow, PolicyRow
 from controlplane.store.store import Store
 
 __all__ = ["PolicyRegistry", "Registered"]
@@ -95,7 +95,7 @@ class PolicyRegistry:
             )
             return found
 
-    async def list(self) -> list[PolicyRow]:
+    async def versions(self) -> list[PolicyRow]:
         async with self.store.session() as session:
             return list(await session.scalars(select(PolicyRow).order_by(PolicyRow.version)))
 
@@ -113,3 +113,97 @@ class PolicyRegistry:
                 select(PolicyRow).where(PolicyRow.state == "promoted")
             )
             return found
+
+    # --- where versions run ----------------------------------------------------------------
+
+    async def assignments(self) -> dict[str, int]:
+        """Node -> version, for the nodes told to run a version other than the fleet's."""
+        async with self.store.session() as session:
+            rows = await session.execute(select(PolicyAssignmentRow.node, PolicyAssignmentRow.version))
+            return {node: version for node, version in rows}
+
+    async def desired(self) -> tuple[dict[str, int], int | None]:
+        """(the assignments, the promoted version): what every node should run."""
+        promoted = await self.promoted()
+        return await self.assignments(), promoted.version if promoted is not None else None
+
+    async def assign(self, version: int, nodes: list[str], *, by: str) -> list[str]:
+        """Tell ``nodes`` to run ``version`` (a canary); the nodes whose assignment changed."""
+        row = await self.get(version)
+        if row.state == "rolled_back":
+            raise ConflictError(
+                f"policy v{version} was rolled back: upload it again to use it", field="version"
+            )
+        now = time.time()
+        changed: list[str] = []
+        async with self.store.session() as session:
+            current = {
+                a.node: a
+                for a in await session.scalars(
+                    select(PolicyAssignmentRow).where(PolicyAssignmentRow.node.in_(nodes))
+                )
+            }
+            for node in nodes:
+                existing = current.get(node)
+                if existing is not None and existing.version == version:
+                    continue
+                if existing is None:
+                    session.add(
+                        PolicyAssignmentRow(node=node, version=version, assigned_at=now, assigned_by=by)
+                    )
+                else:
+                    existing.version, existing.assigned_at, existing.assigned_by = version, now, by
+                changed.append(node)
+            if changed:
+                Store.add_event(
+                    session,
+                    "PolicyRollout",
+                    "policy",
+                    str(version),
+                    f"policy v{version} assigned to {len(changed)} node(s) by {by}",
+                    {"nodes": changed},
+                )
+                session.info["wrote"] = True
+        return changed
+
+    async def promote(self, version: int, *, by: str) -> PolicyRow:
+        """``version`` becomes the fleet's: every node without another assignment runs it, and
+        its own canary assignments are no longer needed."""
+        row = await self.get(version)
+        if row.state == "rolled_back":
+            raise ConflictError(
+                f"policy v{version} was rolled back: upload it again to use it", field="version"
+            )
+        async with self.store.session() as session:
+            await session.execute(
+                update(PolicyRow).where(PolicyRow.state == "promoted").values(state="available")
+            )
+            await session.execute(
+                update(PolicyRow).where(PolicyRow.version == version).values(state="promoted")
+            )
+            await session.execute(delete(PolicyAssignmentRow).where(PolicyAssignmentRow.version == version))
+            Store.add_event(
+                session, "PolicyPromoted", "policy", str(version), f"policy v{version} promoted by {by}"
+            )
+            session.info["wrote"] = True
+        return await self.get(version)
+
+    async def rollback(self, version: int, *, by: str, reason: str = "") -> PolicyRow:
+        """Take ``version`` off every node: its canaries go back to the fleet's version, and if it
+        was the fleet's, the fleet goes back to the shipped model."""
+        await self.get(version)
+        async with self.store.session() as session:
+            await session.execute(
+                update(PolicyRow).where(PolicyRow.version == version).values(state="rolled_back")
+            )
+            await session.execute(delete(PolicyAssignmentRow).where(PolicyAssignmentRow.version == version))
+            Store.add_event(
+                session,
+                "PolicyRolledBack",
+                "policy",
+                str(version),
+                f"policy v{version} rolled back by {by}" + (f": {reason}" if reason else ""),
+                {"reason": reason},
+            )
+            session.info["wrote"] = True
+        return await self.get(version)

@@ -8,9 +8,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controlplane.errors import ValidationError
-from controlplane.schema import Custom, Field, Model, Number
+from controlplane.schema import Custom, Field, Integer, Model, Number, StringList
 
-__all__ = ["DEFAULT_MIN_AGREEMENT", "MAX_MODEL_BYTES", "POLICY_UPLOAD", "PolicyUpload"]
+__all__ = [
+    "DEFAULT_MIN_AGREEMENT",
+    "MAX_MODEL_BYTES",
+    "POLICY_ROLLBACK",
+    "POLICY_ROLLOUT",
+    "POLICY_UPLOAD",
+    "PolicyRollback",
+    "PolicyRollout",
+    "PolicyUpload",
+]
 
 # The API takes bodies up to 1 MiB (base64 adds a third): the shipped int8 model is 68 kB.
 MAX_MODEL_BYTES = 640 * 1024
@@ -86,4 +95,49 @@ POLICY_UPLOAD: Model[PolicyUpload] = Model(
             "as the version in force",
         ),
     ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRollout:
+    """Which nodes run a version as a canary: named ``nodes``, every node of ``clusters``, or a
+    stable ``percent`` of all nodes (by a hash of the name: the same nodes each time)."""
+
+    nodes: list[str] = field(default_factory=list)
+    clusters: list[str] = field(default_factory=list)
+    percent: int | None = None
+
+
+def _one_target(values: Any, where: str) -> None:
+    given = [k for k in ("nodes", "clusters", "percent") if values.get(k) not in (None, [])]
+    if len(given) != 1:
+        raise ValidationError("give exactly one of nodes, clusters or percent", field=where or "<body>")
+
+
+POLICY_ROLLOUT: Model[PolicyRollout] = Model(
+    "PolicyRollout",
+    PolicyRollout,
+    (
+        Field("nodes", StringList(), description="these nodes"),
+        Field("clusters", StringList(), description="every node of these clusters"),
+        Field(
+            "percent",
+            Integer(1, 100, "must be an integer from 1 to 100"),
+            nullable=True,
+            check=_one_target,
+            description="this share of all nodes, chosen by a hash of their names",
+        ),
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRollback:
+    reason: str = ""
+
+
+POLICY_ROLLBACK: Model[PolicyRollback] = Model(
+    "PolicyRollback",
+    PolicyRollback,
+    (Field("reason", Custom(_description, {"type": "string", "maxLength": 200}), description="why"),),
 )

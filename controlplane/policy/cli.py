@@ -1,5 +1,5 @@
-"""``controlplane policy train|export|eval|bench|push|list``: build and measure the edge agent's
-local policy, and keep its versions in a running hub.
+"""``controlplane policy ACTION``: build and measure the edge agent's local policy (train, export,
+eval, bench), and keep its versions in a running hub (push, list, rollout, promote, rollback).
 
 * ``train``: draw training and validation states (cached as ``.npz`` in ``--work-dir``), distil
   the reward argmax into the MLP, optionally fine-tune, write ``weights.npz`` and a report;
@@ -10,8 +10,9 @@ local policy, and keep its versions in a running hub.
 * ``eval``: the shipped models against the heuristic and baselines on held-out seeds;
   ``eval --algo ppo --model DIR``: a PPO run against the heuristic on held-out episodes;
 * ``bench``: decision latency on one pinned CPU (:mod:`controlplane.policy.bench`);
-* ``push`` / ``list``: upload a model to a hub as a new version, list the versions
-  (:mod:`controlplane.policies.client`; the checks are the hub's, :mod:`controlplane.policies.check`).
+* ``push`` / ``list`` / ``rollout`` / ``promote`` / ``rollback``: a running hub's policy
+  versions (:mod:`controlplane.policies.client`; the checks are the hub's,
+  :mod:`controlplane.policies.check`).
 """
 
 from __future__ import annotations
@@ -461,11 +462,12 @@ def _eval(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     command = args.policy_command
-    if command in ("push", "list"):
-        from controlplane.commands.client_options import run_verb
-        from controlplane.policies.client import list_policies, push
+    from controlplane.policies.client import VERBS
 
-        return run_verb(args, push if command == "push" else list_policies)
+    if command in VERBS:
+        from controlplane.commands.client_options import run_verb
+
+        return run_verb(args, VERBS[command])
     if command == "train":
         return _train(args)
     if command == "export":

@@ -252,3 +252,15 @@ class PolicyRow(Base):
     # "available" (kept, runs nowhere by the hub's choice), "promoted" (the fleet's version: at
     # most one), "rolled_back" (taken off by an operator or the canary controller).
     state: Mapped[str] = mapped_column(String(16), default="available")
+
+
+class PolicyAssignmentRow(Base):
+    """A node told to run a policy version other than the fleet's (a canary, ``rollout``); a
+    node without a row runs the promoted version (or the shipped model when none is)."""
+
+    __tablename__ = "policy_assignments"
+
+    node: Mapped[str] = mapped_column(String(63), primary_key=True)
+    version: Mapped[int] = mapped_column(ForeignKey("policies.version"), index=True)
+    assigned_at: Mapped[float] = mapped_column(Float)
+    assigned_by: Mapped[str] = mapped_column(String(63))

@@ -32,7 +32,21 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("version"),
         sa.UniqueConstraint("sha256"),
     )
+    op.create_table(
+        "policy_assignments",
+        sa.Column("node", sa.String(length=63), nullable=False),
+        sa.Column("version", sa.Integer(), nullable=False),
+        sa.Column("assigned_at", sa.Float(), nullable=False),
+        sa.Column("assigned_by", sa.String(length=63), nullable=False),
+        sa.ForeignKeyConstraint(["version"], ["policies.version"]),
+        sa.PrimaryKeyConstraint("node"),
+    )
+    with op.batch_alter_table("policy_assignments", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_policy_assignments_version"), ["version"], unique=False)
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("policy_assignments", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_policy_assignments_version"))
+    op.drop_table("policy_assignments")
     op.drop_table("policies")

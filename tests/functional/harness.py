@@ -291,6 +291,7 @@ _PASS_THROUGH = {
     "pids_max",
     "nats_seed",
     "inbox_prefix",
+    "hub_public_key",
     "nats_tls",
     "metrics_listen",
 }

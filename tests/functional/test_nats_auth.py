@@ -266,6 +266,7 @@ async def test_join_tokens_are_single_use_short_lived_and_bound_to_their_cluster
         assert status == 201 and reply == {
             "node": "n1", "cluster": "default", "nats_url": secured.url,
             "subject_prefix": "edgeplane.v1", "inbox_prefix": "_INBOX_default.n1",
+            "hub_public_key": public_key_of(secured.hub_seed),  # it signs policy versions
         }  # fmt: skip
         again = {"token": token.token, "node": "n2", "public_key": public_key_of(new_user_seed())}
         status, reply = await _join(running.url, again)

@@ -197,6 +197,23 @@ async def test_policy_push_and_list_from_the_command_line(nats_server, sqlite_ur
         as_json = await asyncio.to_thread(_cli, tmp_path, "policy", "list", "-o", "json")
         assert [p["version"] for p in json.loads(as_json.stdout)] == [1, 2]
 
+        # No node is known to this hub: a rollout names what is wrong, promote and rollback work.
+        unknown = await asyncio.to_thread(_cli, tmp_path, "policy", "rollout", "v1", "--nodes", "n9")
+        assert unknown.returncode == 1 and "node 'n9' is not known" in unknown.stderr, unknown.stderr
+        nobody = await asyncio.to_thread(_cli, tmp_path, "policy", "rollout", "1", "--percent", "50")
+        assert nobody.returncode == 0 and "rolled out to no node (0 changed)" in nobody.stdout, nobody.stderr
+        promoted = await asyncio.to_thread(_cli, tmp_path, "policy", "promote", "v1")
+        assert promoted.returncode == 0 and "v1 promoted" in promoted.stdout, promoted.stderr
+        back = await asyncio.to_thread(_cli, tmp_path, "policy", "rollback", "v2", "--reason", "declines")
+        assert back.returncode == 0 and "v2 rolled back" in back.stdout, back.stderr
+        states = await asyncio.to_thread(_cli, tmp_path, "policy", "list")
+        assert [r.split()[:2] for r in states.stdout.splitlines()[1:]] == [
+            ["v1", "promoted"],
+            ["v2", "rolled_back"],
+        ]
+        bad = await asyncio.to_thread(_cli, tmp_path, "policy", "promote", "latest")
+        assert bad.returncode == 1 and "'latest' is not a policy version" in bad.stderr
+
 
 def _cli(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

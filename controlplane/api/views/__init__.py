@@ -32,7 +32,7 @@ from controlplane.api.views.nodes import (
     RevokedNode,
     RevokedUnknownNode,
 )
-from controlplane.api.views.policies import Policy, PolicyEvaluation, PolicyList
+from controlplane.api.views.policies import Policy, PolicyEvaluation, PolicyList, PolicyRolloutResult
 from controlplane.api.views.probes import Liveness, Readiness
 from controlplane.api.views.scheduling import Interference
 from controlplane.api.views.workloads import (
@@ -67,6 +67,7 @@ __all__ = [
     "PlacementExplanation",
     "Policy",
     "PolicyList",
+    "PolicyRolloutResult",
     "Queued",
     "Readiness",
     "Revoked",
@@ -113,6 +114,7 @@ RESPONSE_MODELS: tuple[type, ...] = (
     PolicyEvaluation,
     Policy,
     PolicyList,
+    PolicyRolloutResult,
 )
 # The stored specs a response carries have components of their own (openapi.py adds them).
 _COMPONENTS: dict[Any, str] = {

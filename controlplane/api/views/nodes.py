@@ -174,3 +174,4 @@ class JoinReply:
     nats_url: str
     subject_prefix: str
     inbox_prefix: str
+    hub_public_key: Annotated[str, {"description": "the hub's nkey: it signs policy versions"}]

@@ -8,7 +8,7 @@ from typing import Annotated
 from controlplane.api.views.base import DateTime, iso, one_of
 from controlplane.store.models import PolicyRow
 
-__all__ = ["Policy", "PolicyEvaluation", "PolicyList"]
+__all__ = ["Policy", "PolicyEvaluation", "PolicyList", "PolicyRolloutResult"]
 
 POLICY_STATES = ("available", "promoted", "rolled_back")
 
@@ -38,9 +38,10 @@ class Policy:
     created_at: DateTime
     created_by: str
     evaluation: PolicyEvaluation
+    running_on: Annotated[list[str], {"description": "nodes whose heartbeats say they run it"}]
 
     @classmethod
-    def of(cls, row: PolicyRow) -> Policy:
+    def of(cls, row: PolicyRow, *, running_on: list[str] | None = None) -> Policy:
         fsv = row.meta.get("feature_schema_version")
         return cls(
             version=row.version,
@@ -52,6 +53,7 @@ class Policy:
             created_at=iso(row.created_at),
             created_by=row.created_by,
             evaluation=PolicyEvaluation(**row.evaluation),
+            running_on=running_on or [],
         )
 
 
@@ -59,3 +61,13 @@ class Policy:
 class PolicyList:
     items: list[Policy]
     total: int
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRolloutResult:
+    """``POST /v1/policies/{version}/rollout``: the nodes told to run it (``changed``: those that
+    were running something else); the distributor brings them to it within seconds."""
+
+    version: int
+    nodes: list[str]
+    changed: list[str]

@@ -15,7 +15,7 @@ from controlplane.api.openapi import openapi_document
 from controlplane.errors import InvocationFailedError, ValidationError, error_body
 from controlplane.hub.spec import AFFINITY, AFFINITY_WITHOUT_LABELS, ANTI_AFFINITY, RESOURCES, WORKLOAD
 from controlplane.schema import Choice, Integer, Model, Number, Text
-from controlplane.policies.upload import POLICY_UPLOAD
+from controlplane.policies.upload import POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD
 from controlplane.serverless.spec import FUNCTION
 
 jsonschema_rs = pytest.importorskip("jsonschema_rs")
@@ -35,11 +35,23 @@ BASES: dict[str, dict[str, Any]] = {
     "AffinityWithoutLabels": {},
     "AntiAffinity": {},
     "PolicyUpload": {"model": "AAAA", "metadata": {}},
+    "PolicyRollout": {"percent": 10},
+    "PolicyRollback": {},
 }
 
 
 def _models() -> list[Model[Any]]:
-    return [WORKLOAD, FUNCTION, RESOURCES, AFFINITY, AFFINITY_WITHOUT_LABELS, ANTI_AFFINITY, POLICY_UPLOAD]
+    return [
+        WORKLOAD,
+        FUNCTION,
+        RESOURCES,
+        AFFINITY,
+        AFFINITY_WITHOUT_LABELS,
+        ANTI_AFFINITY,
+        POLICY_UPLOAD,
+        POLICY_ROLLOUT,
+        POLICY_ROLLBACK,
+    ]
 
 
 def _document_accepts(component: str, body: Any) -> bool:
@@ -146,6 +158,8 @@ CUSTOM_CASES = [
     ("PolicyUpload", {"description": "x" * 200}, True),
     ("PolicyUpload", {"description": "x" * 201}, False),
     ("PolicyUpload", {"min_agreement": None}, False),
+    ("PolicyRollout", {"nodes": ["n1"], "percent": None}, True),
+    ("PolicyRollback", {"reason": "x" * 201}, False),
 ]
 
 

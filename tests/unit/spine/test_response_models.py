@@ -179,7 +179,7 @@ async def _samples() -> dict[type, list[Any]]:
         views.RevokedNode.of_node(node),
         views.RevokedUnknownNode(name="n9", credentials="revoked"),
         views.DeletedNode.of(ForgottenNode("n1", "c1", "NotReady", False, True, ["p1"])),
-        views.JoinReply("n1", "c1", "nats://hub:4222", "ep.c1", "_INBOX.c1.n1"),
+        views.JoinReply("n1", "c1", "nats://hub:4222", "ep.c1", "_INBOX.c1.n1", "U" + "A" * 55),
         views.Workload.of(workload, placements),
         views.Workload.of(workload, []),
         views.WorkloadPage([views.Workload.of(workload, placements[:1])], 2, 1, 0, "WzEsMS4wLCJ3MSJd"),
@@ -197,6 +197,7 @@ async def _samples() -> dict[type, list[Any]]:
         views.Interference.of(None, {}),
         policy,
         views.PolicyList([policy], 1),
+        views.PolicyRolloutResult(version=2, nodes=["n1", "n2"], changed=["n2"]),
     ]
     nested = [
         policy.evaluation,

@@ -1,0 +1,193 @@
+"""Policy versions live: a hub on an authenticated NATS server, enrolled agents, a version rolled
+out to one node, promoted to all, rolled back; agents fetch the signed model in chunks, keep it
+across a restart, and refuse what the hub did not sign."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import nats
+import pytest
+from harness import SecuredNats, running_agents, running_hub, secured_nats, wait_for
+
+from edgeplane_contract.credentials import new_user_seed, public_key_of
+from edgeplane_contract.messages import PolicyAckV1, PolicyV1, Subjects, decode, encode
+from edgeplane_contract.policy.signing import sign_policy, signed_text
+
+from controlplane.bus.nats_auth import agent_inbox_prefix
+from controlplane.store.identities import IdentityStore
+
+pytest.importorskip("onnx")
+from test_policies import BARE_METADATA, FP32, METADATA, body, constant_model
+
+NODES = ["e1", "e2", "e3"]
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Any:
+    (tmp_path / "nats").mkdir()
+    with secured_nats(tmp_path / "nats") as s:
+        yield s
+
+
+async def _enrol(running: Any, name: str) -> str:
+    token = await IdentityStore(running.hub.store).create_join_token("default", 60.0)
+    seed = new_user_seed()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            running.url + "/v1/join",
+            json={"token": token.token, "node": name, "public_key": public_key_of(seed)},
+            timeout=aiohttp.ClientTimeout(total=10),
+        ) as response,
+    ):
+        reply = await response.json()
+        assert response.status == 201, reply
+    return seed
+
+
+@contextlib.asynccontextmanager
+async def _agents(
+    secured: SecuredNats, tmp_path: Path, seeds: dict[str, str]
+) -> AsyncIterator[dict[str, Any]]:
+    async with contextlib.AsyncExitStack() as stack:
+        handles = {}
+        for name, seed in seeds.items():
+            (handle,) = await stack.enter_async_context(
+                running_agents(
+                    secured.url,
+                    tmp_path,
+                    [name],
+                    nats_seed=seed,
+                    inbox_prefix=agent_inbox_prefix("default", name),
+                    hub_public_key=public_key_of(secured.hub_seed),
+                )
+            )
+            handles[name] = handle
+        yield handles
+
+
+async def _running_on(api: Any, version: int) -> list[str]:
+    return list((await api.get(f"/v1/policies/{version}"))["running_on"])
+
+
+def _versions(handles: dict[str, Any]) -> dict[str, Any]:
+    return {n: (h.agent.decider.policy_version, h.agent.policy.source) for n, h in handles.items()}
+
+
+async def test_a_version_rolls_out_to_one_node_is_promoted_to_all_and_rolled_back(
+    secured: SecuredNats, sqlite_url: str, tmp_path: Path
+) -> None:
+    async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (running, api):
+        seeds = {name: await _enrol(running, name) for name in NODES}
+        async with _agents(secured, tmp_path, seeds) as handles:
+            assert _versions(handles) == {n: (None, "onnx-int8") for n in NODES}
+            status, v1 = await api.call("POST", "/v1/policies", body(FP32, METADATA, description="fp32"))
+            assert status == 201, v1
+
+            # A canary of one node: it fetches the model (160 kB: several chunks) and decides
+            # with it; the others keep the shipped model.
+            status, rollout = await api.call("POST", "/v1/policies/1/rollout", {"nodes": ["e1"]})
+            assert status == 200 and rollout == {"version": 1, "nodes": ["e1"], "changed": ["e1"]}, rollout
+            await wait_for(lambda: _running_on(api, 1), lambda nodes: nodes == ["e1"], timeout=20)
+            assert _versions(handles) == {
+                "e1": (1, "onnx-fp32"),
+                "e2": (None, "onnx-int8"),
+                "e3": (None, "onnx-int8"),
+            }
+            kept = tmp_path / "agents" / "e1" / "policy"
+            assert json.loads((kept / "current.json").read_text()) == {"version": 1}
+            assert hashlib.sha256((kept / "v1" / "model.onnx").read_bytes()).hexdigest() == v1["sha256"]
+            metrics = await (await api.session.get(running.url + "/metrics")).text()
+            assert 'edgeplane_node_policy_version{cluster="default",node="e1"} 1.0' in metrics
+            assert 'edgeplane_node_policy_version{cluster="default",node="e2"} 0.0' in metrics
+
+            # Promoted: every node runs it.
+            status, promoted = await api.call("POST", "/v1/policies/v1/promote")
+            assert status == 200 and promoted["state"] == "promoted", promoted
+            await wait_for(lambda: _running_on(api, 1), lambda nodes: nodes == NODES, timeout=20)
+
+            # A bad version on every node of the cluster, then rolled back: the fleet returns to v1.
+            await api.call("POST", "/v1/policies", body(constant_model(64), BARE_METADATA, min_agreement=0))
+            status, _ = await api.call("POST", "/v1/policies/2/rollout", {"clusters": ["default"]})
+            assert status == 200
+            await wait_for(lambda: _running_on(api, 2), lambda nodes: nodes == NODES, timeout=20)
+            assert {h.agent.policy.source for h in handles.values()} == {"onnx-fp32"}  # unquantised
+            status, back = await api.call("POST", "/v1/policies/2/rollback", {"reason": "declines all"})
+            assert status == 200 and back["state"] == "rolled_back", back
+            await wait_for(lambda: _running_on(api, 1), lambda nodes: nodes == NODES, timeout=20)
+            status, again = await api.call("POST", "/v1/policies/2/rollout", {"nodes": ["e1"]})
+            assert status == 409 and again["error"]["field"] == "version", again
+
+            # Rolling back the fleet's version returns every node to the model it shipped with.
+            await api.call("POST", "/v1/policies/1/rollback")
+            await wait_for(
+                lambda: asyncio.sleep(0, _versions(handles)),
+                lambda seen: seen == {n: (None, "onnx-int8") for n in NODES},
+                timeout=20,
+            )
+            kinds = [e["kind"] for e in (await api.get("/v1/events?object_id=e1"))["items"]]
+            # v1 (canary), v2, v1 again, shipped: promoting the version it ran already sent nothing.
+            assert kinds.count("PolicyInstalled") == 4, kinds
+
+
+async def test_a_restarted_agent_keeps_its_version_and_a_node_refuses_what_the_hub_did_not_sign(
+    secured: SecuredNats, sqlite_url: str, tmp_path: Path
+) -> None:
+    async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (running, api):
+        seed = await _enrol(running, "e1")
+        await api.call("POST", "/v1/policies", body(FP32, METADATA))
+        await api.call("POST", "/v1/policies/1/promote")
+        async with _agents(secured, tmp_path, {"e1": seed}) as handles:
+            await wait_for(lambda: _running_on(api, 1), lambda nodes: nodes == ["e1"], timeout=20)
+        async with _agents(secured, tmp_path, {"e1": seed}) as handles:
+            # From its own disk, before any push: its first heartbeat already says v1.
+            assert _versions(handles) == {"e1": (1, "onnx-fp32")}
+            installed = [
+                e
+                for e in (await api.get("/v1/events?kind=PolicyInstalled"))["items"]
+                if e["object_id"] == "e1"
+            ]
+            assert len(installed) == 1, installed
+
+            # Someone else on the node's subject (the hub's connection stands in for a site's leaf
+            # server here): an offer signed by another key, and one signed by the hub whose
+            # chunk is not the model it names, are both refused; the node keeps v1.
+            nc = await nats.connect(secured.url, nkeys_seed_str=secured.hub_seed)
+            try:
+                subject = Subjects(cluster="default").policy("e1")
+                model = b"\x08\x07" * 100
+                meta = b"{}"
+                text = signed_text(
+                    7, hashlib.sha256(model).hexdigest(), len(model), hashlib.sha256(meta).hexdigest(), 2
+                )
+                offer = PolicyV1(
+                    version=7,
+                    model_sha256=hashlib.sha256(model).hexdigest(),
+                    model_size=len(model),
+                    metadata_sha256=hashlib.sha256(meta).hexdigest(),
+                    metadata_size=2,
+                    signature=sign_policy(new_user_seed(), text),
+                )
+                ack = decode((await nc.request(subject, encode(offer), timeout=5)).data, PolicyAckV1)
+                assert ack.state == "refused" and "not the hub's" in ack.reason, ack
+                offer.signature = sign_policy(secured.hub_seed, text)
+                ack = decode((await nc.request(subject, encode(offer), timeout=5)).data, PolicyAckV1)
+                assert (ack.state, ack.part, ack.offset) == ("need", "model", 0), ack
+                offer.part, offer.offset, offer.data = "model", 0, base64.b64encode(b"\x00" * 200).decode()
+                ack = decode((await nc.request(subject, encode(offer), timeout=5)).data, PolicyAckV1)
+                assert ack.state == "need" and ack.part == "metadata", ack
+                offer.part, offer.offset, offer.data = "metadata", 0, base64.b64encode(meta).decode()
+                ack = decode((await nc.request(subject, encode(offer), timeout=5)).data, PolicyAckV1)
+                assert ack.state == "refused" and "does not match its signed checksum" in ack.reason, ack
+            finally:
+                await nc.close()
+            assert _versions(handles) == {"e1": (1, "onnx-fp32")}
