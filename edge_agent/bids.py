@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections import Counter
 from collections.abc import Callable
 
@@ -16,6 +17,8 @@ from edge_agent.hub_link import HubLink
 from edge_agent.local_decisions import LocalDecider
 
 __all__ = ["Bids"]
+
+log = logging.getLogger("edgeplane.agent.bids")
 
 
 class Bids:
@@ -76,6 +79,12 @@ class Bids:
         )
         self.counters["bids"] += 1
         await self.link.reply(msg, bid)
+        # Answered first: the audit (edge_agent/decision_quality.py) costs milliseconds.
+        try:
+            self.decider.quality.audit(outcome.node, outcome.offer, outcome.weights, decision.action)
+        except Exception as exc:  # an audit must never cost the agent more than the audit
+            self.counters["audit_errors"] += 1
+            log.debug("decision audit failed: %s", exc)
 
     async def on_decisions(self, msg: Msg) -> None:
         """The hub collects the decision log for retraining (rewards Laplace-noised)."""

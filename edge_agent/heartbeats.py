@@ -86,6 +86,7 @@ class Heartbeats:
                     running=self.runner.running_ids(),
                     instances=self.functions.snapshot(),
                     policy_version=self.decider.policy_version,
+                    policy_regret=self.decider.quality.take(),
                 )
                 try:
                     await nc.publish(self.subjects.heartbeat(self.config.name), encode(heartbeat))

@@ -13,6 +13,7 @@ from typing import Any
 from edgeplane_contract.messages import OfferSpec
 
 from edge_agent.config import AgentConfig
+from edge_agent.decision_quality import DecisionQuality
 from edge_agent.decisions import DecisionLog, LoggedDecision
 from edge_agent.executor import ProcessRunner
 from edge_agent.functions.pool import FunctionPool
@@ -32,6 +33,8 @@ class LocalOutcome:
     decision: Any  # edgeplane_contract.policy.runtime.Decision (imported lazily: onnxruntime is optional)
     weights: tuple[float, float, float, float]
     power: PowerState
+    node: Any = None  # the NodeView it decided on
+    offer: Any = None  # the Offer it decided on
 
 
 class LocalDecider:
@@ -60,6 +63,7 @@ class LocalDecider:
         self.reward_config = config.reward
         self.policy: Any = None
         self.policy_version: int | None = None  # the hub's version number; None: shipped
+        self.quality = DecisionQuality()  # the regret of its bids (edge_agent/decision_quality.py)
 
     def node_view(
         self,
@@ -164,4 +168,4 @@ class LocalDecider:
                 purpose=purpose,
             )
         )
-        return LocalOutcome(decision, weights, power)
+        return LocalOutcome(decision, weights, power, node, local_offer)

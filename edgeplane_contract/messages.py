@@ -362,8 +362,10 @@ class HeartbeatV1:
     telemetry: Telemetry
     running: list[str] = field(default_factory=list)  # placement ids running now
     instances: list[FunctionInstance] = field(default_factory=list)
-    # The local policy version it decides with (None: the model it shipped with).
+    # The local policy version it decides with (None: the model it shipped with), and the mean
+    # regret of its decisions audited since the last heartbeat (None: none were).
     policy_version: int | None = None
+    policy_regret: float | None = None
     v: int = SCHEMA_VERSION
 
 

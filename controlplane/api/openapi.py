@@ -21,7 +21,7 @@ from controlplane.hub.spec import (
     WORKLOAD,
     WorkloadSpec,
 )
-from controlplane.policies.upload import POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD
+from controlplane.policies.upload import CANARY, POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD
 from controlplane.schema import Model
 from controlplane.serverless.spec import FUNCTION, FunctionSpec
 from controlplane.typeschema import type_schema
@@ -449,6 +449,29 @@ _PATHS: dict[str, Any] = {
             },
         }
     },
+    "/v1/policies/{version}/canary": {
+        "post": {
+            "operationId": "startPolicyCanary",
+            "summary": "Start a live canary: the version goes to a growing share of nodes, step by step, "
+            "and is promoted after the last step or rolled back when its nodes' decisions are "
+            "anomalous against the others' (one canary at a time)",
+            "parameters": [_VERSION],
+            "requestBody": {"content": {"application/json": {"schema": _ref("CanaryRequest")}}},
+            "responses": {
+                "201": _json(_model(views.CanaryStatus), "Started"),
+                "400": _ERROR,
+                "404": _ERROR,
+                "409": _json(_ref("Error"), "Another canary runs, or the version is not available"),
+                "422": _ERROR,
+            },
+        },
+        "get": {
+            "operationId": "getPolicyCanary",
+            "summary": "The version's canary since the hub started: state, share, scores, timeline",
+            "parameters": [_VERSION],
+            "responses": {"200": _json(_model(views.CanaryStatus)), "404": _ERROR, "422": _ERROR},
+        },
+    },
     "/v1/policies/{version}/promote": {
         "post": {
             "operationId": "promotePolicy",
@@ -558,6 +581,7 @@ _REQUEST_MODELS: tuple[Model[Any], ...] = (
     POLICY_UPLOAD,
     POLICY_ROLLOUT,
     POLICY_ROLLBACK,
+    CANARY,
 )
 
 

@@ -5,7 +5,6 @@ distribution.py) then brings every node to the version it should run."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -15,34 +14,44 @@ from edgeplane_contract.aio import stop_task
 from controlplane.api.auth import principal_of
 from controlplane.api.keys import HUB
 from controlplane.api.request import json_body
-from controlplane.api.views import Policy, PolicyList, PolicyRolloutResult, to_json
+from controlplane.api.views import CanaryStatus, Policy, PolicyList, PolicyRolloutResult, to_json
 from controlplane.errors import ValidationError
 from controlplane.hub.service import Hub
+from controlplane.policies.canary_live import CanaryRollouts, bucket
 from controlplane.policies.distribution import PolicyDistributor
+from controlplane.policies.metrics import PolicyCollector
 from controlplane.policies.registry import PolicyRegistry
-from controlplane.policies.upload import POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD, PolicyRollout
+from controlplane.policies.upload import CANARY, POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD, PolicyRollout
+from controlplane.rollout.controller import RolloutConfig
 from controlplane.store.models import PolicyRow
 
 __all__ = ["POLICIES", "POLICY_DISTRIBUTOR", "routes", "setup"]
 
 POLICIES = web.AppKey("policies", PolicyRegistry)
 POLICY_DISTRIBUTOR = web.AppKey("policy_distributor", PolicyDistributor)
+CANARIES = web.AppKey("canaries", CanaryRollouts)
 
 routes = web.RouteTableDef()
 
 
 def setup(app: web.Application, hub: Hub) -> None:
-    """The routes, the registry, and the distributor's loop for the app's lifetime."""
+    """The routes, the registry, the distributor's loop and the live canaries, for the app's
+    lifetime."""
     registry = PolicyRegistry(hub.store)
     app[POLICIES] = registry
     distributor = PolicyDistributor(registry=registry, hub=hub)
     app[POLICY_DISTRIBUTOR] = distributor
+    app[CANARIES] = CanaryRollouts(registry, hub, distributor.wake)
     app.add_routes(routes)
 
     async def distribute(_app: web.Application) -> AsyncIterator[None]:
+        collector = PolicyCollector(app[CANARIES], distributor)
+        hub.metrics.registry.register(collector)
         task = asyncio.create_task(distributor.run(), name="policy-distribution")
         yield
+        await app[CANARIES].close()
         await stop_task(task)
+        hub.metrics.registry.unregister(collector)
 
     app.cleanup_ctx.append(distribute)
 
@@ -106,6 +115,33 @@ async def rollback_policy(request: web.Request) -> web.Response:
     return web.json_response(to_json(_policy(request, row)))
 
 
+@routes.post("/v1/policies/{version}/canary")
+async def start_canary(request: web.Request) -> web.Response:
+    version = _version(request)
+    body = CANARY.parse(await json_body(request, optional=True) or {})
+    try:
+        config = RolloutConfig(
+            steps=tuple(p / 100 for p in body.steps),
+            dwell_s=body.dwell_s,
+            threshold=body.threshold,
+            sustain_s=body.sustain_s,
+            window=body.window,
+            recent=body.recent,
+            min_samples=body.min_samples,
+            baseline_floor=body.baseline_floor,
+        )
+    except ValueError as exc:  # the parser checks each field; this is a last line
+        raise ValidationError(str(exc), field="<body>") from None
+    canary = await request.app[CANARIES].start(version, config, by=_who(request))
+    return web.json_response(to_json(CanaryStatus.of(canary.describe())), status=201)
+
+
+@routes.get("/v1/policies/{version}/canary")
+async def get_canary(request: web.Request) -> web.Response:
+    canary = request.app[CANARIES].get(_version(request))
+    return web.json_response(to_json(CanaryStatus.of(canary.describe())))
+
+
 def _targets(hub: Hub, target: PolicyRollout) -> list[str]:
     """The node names a rollout names, every one known to the hub (ValidationError otherwise)."""
     known = hub.nodes
@@ -120,13 +156,7 @@ def _targets(hub: Hub, target: PolicyRollout) -> list[str]:
                 raise ValidationError(f"cluster {cluster!r} is not in the federation", field="clusters")
         return sorted(n for n, live in known.items() if live.cluster in target.clusters)
     assert target.percent is not None
-    return sorted(n for n in known if _bucket(n) < target.percent)
-
-
-def _bucket(node: str) -> int:
-    """0-99, fixed per name: a percent rollout picks the same nodes each time, and more of them
-    as the percent rises (the nodes of 10% are among those of 20%)."""
-    return int(hashlib.sha256(node.encode()).hexdigest()[:8], 16) % 100
+    return sorted(n for n in known if bucket(n) < target.percent)
 
 
 def _policy(request: web.Request, row: PolicyRow) -> Policy:

@@ -173,6 +173,9 @@ class Hub:
         # earliest, as from a reconnect (``hub.stall``).
         self.loop_watch = LoopWatch()
         self.intake_lag = IntakeLag()  # how late the heartbeats it handles are (lease slack)
+        # Called with (node, mean regret) for each heartbeat that carries the regret of the local
+        # policy's audited decisions (the canary controller, controlplane/policies/canary_live.py).
+        self.policy_regret_listeners: list[Callable[[NodeLive, float], None]] = []
         self._watch_task: asyncio.Task[None] | None = None
         self._resumed_at = float("-inf")
         self.started = False
@@ -433,6 +436,9 @@ class Hub:
             self.placer.set_node_power(node_name, msg.telemetry.power_source, msg.telemetry.battery_percent)
         self.functions.update_instances(node_name, msg.instances)
         live.policy_version = msg.policy_version
+        if msg.policy_regret is not None:
+            for listener in self.policy_regret_listeners:
+                listener(live, msg.policy_regret)
         if live.status != "Ready":
             live.held = False  # back within the autonomy window: its held work simply goes on
             async with self._lock, self.store.session() as s:

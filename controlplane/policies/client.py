@@ -12,7 +12,7 @@ from typing import Any
 from controlplane.client.http import ClientError, HubClient
 from controlplane.client.render import dump, table
 
-__all__ = ["VERBS", "configure_client", "list_policies", "promote", "push", "rollback", "rollout"]
+__all__ = ["VERBS", "canary", "configure_client", "list_policies", "promote", "push", "rollback", "rollout"]
 
 _HEADER = ["VERSION", "STATE", "SHA256", "BYTES", "AGREEMENT", "REWARD", "VS", "CREATED", "DESCRIPTION"]
 
@@ -50,6 +50,18 @@ def configure_client(sub: Any) -> None:
     promote = sub.add_parser("promote", help="make a version the fleet's")
     promote.add_argument("version", help="a version (3 or v3)")
     add_client_arguments(promote)
+    canary = sub.add_parser(
+        "canary", help="roll a version out step by step under the canary controller (or --status)"
+    )
+    canary.add_argument("version", help="a version (3 or v3)")
+    canary.add_argument("--status", action="store_true", help="show its canary instead of starting one")
+    canary.add_argument("--steps", metavar="P,Q,..", help="percents of nodes, rising (default 10,50,100)")
+    canary.add_argument("--dwell", type=float, metavar="S", help="seconds each step is held (default 300)")
+    canary.add_argument("--threshold", type=float, help="anomaly score that rolls it back (default 0.25)")
+    canary.add_argument("--sustain", type=float, metavar="S", help="for this long (default 60 s)")
+    canary.add_argument("--min-samples", type=int, metavar="N", help="samples a step needs (default 30)")
+    add_output_argument(canary)
+    add_client_arguments(canary)
     rollback = sub.add_parser("rollback", help="take a version off every node")
     rollback.add_argument("version", help="a version (3 or v3)")
     rollback.add_argument("--reason", default="", help="why (recorded in the event)")
@@ -154,4 +166,44 @@ def rollback(client: HubClient, args: argparse.Namespace) -> int:
     return 0
 
 
-VERBS = {"push": push, "list": list_policies, "rollout": rollout, "promote": promote, "rollback": rollback}
+def canary(client: HubClient, args: argparse.Namespace) -> int:
+    if args.status:
+        status = client.get(_path(args.version, "canary"))
+    else:
+        body: dict[str, Any] = {}
+        if args.steps:
+            try:
+                body["steps"] = [int(p) for p in _names(args.steps)]
+            except ValueError:
+                raise ClientError(f"--steps: {args.steps!r} is not a list of percents") from None
+        for flag, key in (
+            ("dwell", "dwell_s"),
+            ("threshold", "threshold"),
+            ("sustain", "sustain_s"),
+            ("min_samples", "min_samples"),
+        ):
+            if getattr(args, flag) is not None:
+                body[key] = getattr(args, flag)
+        status = client.call("POST", _path(args.version, "canary"), body).body
+    if args.output != "table":
+        print(dump(status, args.output))
+        return 0
+    print(
+        f"policy v{status['version']} canary: {status['state']} at {status['fraction']:.0%} of nodes "
+        f"({', '.join(status['nodes']) or 'none'}); samples {status['samples']['canary']} canary, "
+        f"{status['samples']['control']} control; scores {status['scores']['canary']:.2f} / "
+        f"{status['scores']['control']:.2f}"
+    )
+    for e in status["events"]:
+        print(f"  t={e['t_s']:8.1f} s  {e['kind']:<8} {e['fraction']:4.0%}  {e['reason']}")
+    return 0
+
+
+VERBS = {
+    "push": push,
+    "list": list_policies,
+    "rollout": rollout,
+    "promote": promote,
+    "rollback": rollback,
+    "canary": canary,
+}

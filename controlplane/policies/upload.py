@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,11 +12,13 @@ from controlplane.errors import ValidationError
 from controlplane.schema import Custom, Field, Integer, Model, Number, StringList
 
 __all__ = [
+    "CANARY",
     "DEFAULT_MIN_AGREEMENT",
     "MAX_MODEL_BYTES",
     "POLICY_ROLLBACK",
     "POLICY_ROLLOUT",
     "POLICY_UPLOAD",
+    "CanaryRequest",
     "PolicyRollback",
     "PolicyRollout",
     "PolicyUpload",
@@ -140,4 +143,61 @@ POLICY_ROLLBACK: Model[PolicyRollback] = Model(
     "PolicyRollback",
     PolicyRollback,
     (Field("reason", Custom(_description, {"type": "string", "maxLength": 200}), description="why"),),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryRequest:
+    """``POST /v1/policies/{version}/canary``: the steps (percent of nodes) and the controller's
+    rules (:class:`controlplane.rollout.controller.RolloutConfig`)."""
+
+    steps: list[int] = field(default_factory=lambda: [10, 50, 100])
+    dwell_s: float = 300.0
+    threshold: float = 0.25
+    sustain_s: float = 60.0
+    min_samples: int = 30
+    recent: int = 30
+    window: int = 300
+    baseline_floor: float = 0.01
+
+
+def _steps(value: Any, where: str) -> list[int]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 100 for v in value)
+        or any(b <= a for a, b in itertools.pairwise(value))
+    ):
+        raise ValidationError("must be rising percents of nodes, 1 to 100 (e.g. [10, 50, 100])", field=where)
+    return list(value)
+
+
+CANARY: Model[CanaryRequest] = Model(
+    "CanaryRequest",
+    CanaryRequest,
+    (
+        Field(
+            "steps",
+            Custom(
+                _steps,
+                {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100}, "minItems": 1},
+            ),
+            description="the canary's share of nodes, step by step (rising); after the last, promote",
+        ),
+        Field("dwell_s", Number("must be a number from 0 to 86400", low=0.0, high=86400.0)),
+        Field(
+            "threshold",
+            Number("must be a number above 0 and at most 100", low=0.0, high=100.0, exclusive_low=True),
+            description="the canary's anomaly score above which it is rolled back (when sustained)",
+        ),
+        Field("sustain_s", Number("must be a number from 0 to 86400", low=0.0, high=86400.0)),
+        Field("min_samples", Integer(1, 100_000)),
+        Field("recent", Integer(1, 10_000), description="samples in a group's current value"),
+        Field("window", Integer(1, 100_000), description="control samples in the baseline's window"),
+        Field(
+            "baseline_floor",
+            Number("must be a number from 0 to 10", low=0.0, high=10.0),
+            description="the least baseline (the regret of a policy that decides as the objective is 0)",
+        ),
+    ),
 )

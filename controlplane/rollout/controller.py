@@ -46,6 +46,7 @@ class RolloutConfig:
     percentile: float = 95.0
     recent: int = 30
     min_samples: int = 30
+    baseline_floor: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.steps or any(not 0.0 < s <= 1.0 for s in self.steps):
@@ -56,6 +57,8 @@ class RolloutConfig:
             raise ValueError("dwell_s and sustain_s must be >= 0")
         if self.threshold <= 0:
             raise ValueError("threshold must be > 0")
+        if self.baseline_floor < 0:
+            raise ValueError("baseline_floor must be >= 0")
         if self.recent < 1 or self.min_samples < 1 or self.window < 1:
             raise ValueError("recent, min_samples and window must be at least 1")
 
@@ -86,7 +89,7 @@ class CanaryController:
         self.fraction = cfg.steps[0]
         self._step_started = start_s
         self._step_samples = 0
-        self._control = AnomalyWindow(cfg.window, cfg.percentile)
+        self._control = AnomalyWindow(cfg.window, cfg.percentile, floor=cfg.baseline_floor)
         self._recent: dict[Group, deque[float]] = {
             "canary": deque(maxlen=cfg.recent),
             "control": deque(maxlen=cfg.recent),

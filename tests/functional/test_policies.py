@@ -213,6 +213,14 @@ async def test_policy_push_and_list_from_the_command_line(nats_server, sqlite_ur
         ]
         bad = await asyncio.to_thread(_cli, tmp_path, "policy", "promote", "latest")
         assert bad.returncode == 1 and "'latest' is not a policy version" in bad.stderr
+        busy = await asyncio.to_thread(_cli, tmp_path, "policy", "canary", "v1")
+        assert busy.returncode == 1 and "v1 is promoted: only an available version" in busy.stderr, (
+            busy.stderr
+        )
+        none = await asyncio.to_thread(_cli, tmp_path, "policy", "canary", "v1", "--status")
+        assert none.returncode == 1 and "has had no canary" in none.stderr, none.stderr
+        steps = await asyncio.to_thread(_cli, tmp_path, "policy", "canary", "v1", "--steps", "50,10")
+        assert steps.returncode == 1 and "steps" in steps.stderr, steps.stderr
 
 
 def _cli(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:

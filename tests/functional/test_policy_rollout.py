@@ -191,3 +191,90 @@ async def test_a_restarted_agent_keeps_its_version_and_a_node_refuses_what_the_h
             finally:
                 await nc.close()
             assert _versions(handles) == {"e1": (1, "onnx-fp32")}
+
+
+# A replica that needs its core to meet its SLA: quotas too small for it miss the SLA.
+WORK = {"command": ["true"], "resources": {"cpu": 1, "memory": "128Mi"}, "sla_latency_s": 10}
+
+
+async def _steady_work(api: Any, stop: asyncio.Event) -> int:
+    """Workloads at about 10/s until ``stop``: each placement asks candidates for bids, which
+    the agents' policies answer (and audit)."""
+    posted = 0
+    while not stop.is_set():
+        status, _ = await api.call("POST", "/v1/workloads", {**WORK, "name": f"w{posted}"})
+        assert status == 201
+        posted += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=0.1)
+    return posted
+
+
+CANARY = {
+    "steps": [25, 100],
+    "dwell_s": 3,
+    "sustain_s": 1,
+    "threshold": 3,
+    "min_samples": 5,
+    "recent": 5,
+    "window": 300,
+    "baseline_floor": 0.01,
+}
+
+
+async def test_the_canary_controller_rolls_back_a_bad_version_and_promotes_a_good_one(
+    secured: SecuredNats, sqlite_url: str, tmp_path: Path
+) -> None:
+    async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (running, api):
+        seeds = {name: await _enrol(running, name) for name in ["e1", "e2", "e3", "e4"]}
+        async with _agents(secured, tmp_path, seeds) as handles:
+            stop = asyncio.Event()
+            load = asyncio.create_task(_steady_work(api, stop))
+            try:
+                # A version that takes every offer with the smallest quotas: on these idle nodes
+                # the objective would decline (waking a node for a 0.1-core job costs more energy
+                # than it earns), so each of its decisions has regret; the shipped model's hardly.
+                await api.call(
+                    "POST", "/v1/policies", body(constant_model(0), BARE_METADATA, min_agreement=0)
+                )
+                status, started = await api.call("POST", "/v1/policies/1/canary", CANARY)
+                assert status == 201 and started["state"] == "canary" and len(started["nodes"]) == 1, started
+                status, busy = await api.call("POST", "/v1/policies/1/canary", CANARY)
+                assert status == 409, busy
+                bad = await wait_for(
+                    lambda: api.get("/v1/policies/1/canary"), lambda c: c["state"] != "canary", timeout=40
+                )
+                assert bad["state"] == "rolled_back", bad
+                rollback = bad["events"][-1]
+                assert (
+                    rollback["kind"] == "rollback"
+                    and rollback["canary_score"] > 3 >= rollback["control_score"]
+                )
+                assert (await api.get("/v1/policies/1"))["state"] == "rolled_back"
+                await wait_for(
+                    lambda: asyncio.sleep(0, _versions(handles)),
+                    lambda seen: all(v == (None, "onnx-int8") for v in seen.values()),
+                    timeout=20,
+                )
+
+                # The fp32 export of the shipped network decides as the shipped model does:
+                # stepped to every node and promoted.
+                await api.call("POST", "/v1/policies", body(FP32, METADATA))
+                status, _ = await api.call("POST", "/v1/policies/2/canary", CANARY)
+                assert status == 201
+                good = await wait_for(
+                    lambda: api.get("/v1/policies/2/canary"), lambda c: c["state"] != "canary", timeout=60
+                )
+                assert good["state"] == "promoted", good
+                assert [e["kind"] for e in good["events"]] == ["start", "step", "promote"], good["events"]
+                assert good["samples"]["canary"] >= 5 and good["samples"]["control"] >= 5
+                await wait_for(lambda: _running_on(api, 2), lambda nodes: nodes == sorted(seeds), timeout=20)
+            finally:
+                stop.set()
+                await load
+            kinds = [e["kind"] for e in (await api.get("/v1/events?object_id=1"))["items"]]
+            assert "CanaryStarted" in kinds and "CanaryRolledBack" in kinds and "PolicyRolledBack" in kinds
+            metrics = await (await api.session.get(running.url + "/metrics")).text()
+            assert 'edgeplane_policy_canary_state{state="rolled_back",version="1"} 1.0' in metrics
+            assert 'edgeplane_policy_canary_state{state="promoted",version="2"} 1.0' in metrics
+            print("bad:", json.dumps(bad["events"]), "\ngood:", json.dumps(good["events"]))

@@ -32,7 +32,16 @@ from controlplane.api.views.nodes import (
     RevokedNode,
     RevokedUnknownNode,
 )
-from controlplane.api.views.policies import Policy, PolicyEvaluation, PolicyList, PolicyRolloutResult
+from controlplane.api.views.policies import (
+    CanaryEvent,
+    CanaryGroups,
+    CanarySamples,
+    CanaryStatus,
+    Policy,
+    PolicyEvaluation,
+    PolicyList,
+    PolicyRolloutResult,
+)
 from controlplane.api.views.probes import Liveness, Readiness
 from controlplane.api.views.scheduling import Interference
 from controlplane.api.views.workloads import (
@@ -48,6 +57,7 @@ from controlplane.typeschema import type_schema
 
 __all__ = [
     "RESPONSE_MODELS",
+    "CanaryStatus",
     "Cluster",
     "ClusterList",
     "Deleted",
@@ -115,6 +125,10 @@ RESPONSE_MODELS: tuple[type, ...] = (
     Policy,
     PolicyList,
     PolicyRolloutResult,
+    CanaryEvent,
+    CanaryGroups,
+    CanarySamples,
+    CanaryStatus,
 )
 # The stored specs a response carries have components of their own (openapi.py adds them).
 _COMPONENTS: dict[Any, str] = {

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from controlplane.api.views.base import DateTime, iso, one_of
 from controlplane.store.models import PolicyRow
 
-__all__ = ["Policy", "PolicyEvaluation", "PolicyList", "PolicyRolloutResult"]
+__all__ = [
+    "CanaryEvent",
+    "CanaryGroups",
+    "CanarySamples",
+    "CanaryStatus",
+    "Policy",
+    "PolicyEvaluation",
+    "PolicyList",
+    "PolicyRolloutResult",
+]
 
 POLICY_STATES = ("available", "promoted", "rolled_back")
 
@@ -71,3 +80,57 @@ class PolicyRolloutResult:
     version: int
     nodes: list[str]
     changed: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryEvent:
+    """One decision of the canary controller (t_s: seconds since the canary started)."""
+
+    t_s: float
+    kind: Annotated[str, one_of(("start", "step", "promote", "rollback"))]
+    fraction: float
+    canary_score: float
+    control_score: float
+    baseline: float | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryGroups:
+    canary: float
+    control: float
+
+
+@dataclass(frozen=True, slots=True)
+class CanarySamples:
+    canary: int
+    control: int
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryStatus:
+    """A live canary (``/v1/policies/{version}/canary``): its state, the share of nodes it has,
+    the anomaly scores, the samples counted, its timeline, and the nodes told to run it."""
+
+    version: int
+    state: Annotated[str, one_of(("canary", "promoted", "rolled_back"))]
+    fraction: float
+    samples: CanarySamples
+    scores: CanaryGroups
+    events: list[CanaryEvent]
+    nodes: list[str]
+    failure: Annotated[str, {"description": "why the controller stopped early, if it did"}]
+
+    @classmethod
+    def of(cls, described: dict[str, object]) -> CanaryStatus:
+        d: dict[str, Any] = dict(described)
+        return cls(
+            version=d["version"],
+            state=d["state"],
+            fraction=d["fraction"],
+            samples=CanarySamples(**d["samples"]),
+            scores=CanaryGroups(**d["scores"]),
+            events=[CanaryEvent(**e) for e in d["events"]],
+            nodes=list(d["nodes"]),
+            failure=d["failure"],
+        )

@@ -39,6 +39,22 @@ def test_the_anomaly_score_is_the_sources_formula() -> None:
         AnomalyWindow(size=0)
 
 
+def test_a_floor_lets_a_metric_that_sits_at_zero_have_anomalies() -> None:
+    """The regret of a policy that decides as the objective does is 0: without a floor nothing
+    deviates from a zero baseline in proportion; with one, a canary at 0.05 scores (0.05-0.01)/0.01."""
+    bare, floored = AnomalyWindow(size=10), AnomalyWindow(size=10, floor=0.01)
+    for _ in range(10):
+        bare.add(0.0)
+        floored.add(0.0)
+    assert bare.score(0.05) == 0.0
+    assert floored.score(0.05) == pytest.approx(4.0)
+    assert floored.score(0.005) == 0.0
+    floored.add(1.0)  # a baseline above the floor is the baseline
+    assert floored.score(floored.baseline() * 2) == pytest.approx(1.0)  # type: ignore[operator]
+    with pytest.raises(ValueError):
+        AnomalyWindow(floor=-1)
+
+
 def feed(
     c: CanaryController,
     rng: np.random.Generator,

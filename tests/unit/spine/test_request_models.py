@@ -14,8 +14,8 @@ from controlplane.api import params
 from controlplane.api.openapi import openapi_document
 from controlplane.errors import InvocationFailedError, ValidationError, error_body
 from controlplane.hub.spec import AFFINITY, AFFINITY_WITHOUT_LABELS, ANTI_AFFINITY, RESOURCES, WORKLOAD
+from controlplane.policies.upload import CANARY, POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD
 from controlplane.schema import Choice, Integer, Model, Number, Text
-from controlplane.policies.upload import POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD
 from controlplane.serverless.spec import FUNCTION
 
 jsonschema_rs = pytest.importorskip("jsonschema_rs")
@@ -37,6 +37,7 @@ BASES: dict[str, dict[str, Any]] = {
     "PolicyUpload": {"model": "AAAA", "metadata": {}},
     "PolicyRollout": {"percent": 10},
     "PolicyRollback": {},
+    "CanaryRequest": {},
 }
 
 
@@ -51,6 +52,7 @@ def _models() -> list[Model[Any]]:
         POLICY_UPLOAD,
         POLICY_ROLLOUT,
         POLICY_ROLLBACK,
+        CANARY,
     ]
 
 
@@ -160,6 +162,9 @@ CUSTOM_CASES = [
     ("PolicyUpload", {"min_agreement": None}, False),
     ("PolicyRollout", {"nodes": ["n1"], "percent": None}, True),
     ("PolicyRollback", {"reason": "x" * 201}, False),
+    ("CanaryRequest", {"steps": [10, 50, 100]}, True),
+    ("CanaryRequest", {"steps": []}, False),
+    ("CanaryRequest", {"steps": [0, 100]}, False),
 ]
 
 

@@ -17,6 +17,7 @@ from controlplane.api import views
 from controlplane.api.openapi import _REQUEST_MODELS, openapi_document
 from controlplane.hub.forget import ForgottenNode
 from controlplane.hub.spec import WorkloadSpec
+from controlplane.rollout.controller import CanaryController, RolloutConfig
 from controlplane.scheduling.interference import InterferenceEstimate, InterferenceEstimator, LoadProfile
 from controlplane.serverless.estimates import FunctionStats
 from controlplane.serverless.spec import FunctionSpec
@@ -84,6 +85,18 @@ def _node() -> NodeRow:
 
 async def _samples() -> dict[type, list[Any]]:
     """At least one sample of every response model, rendered as the routes render them."""
+    controller = CanaryController(RolloutConfig(steps=(0.5, 1.0), dwell_s=0, min_samples=1, recent=1))
+    controller.observe("control", 0.1, 1.0)
+    controller.observe("canary", 0.05, 2.0)
+    canary = views.CanaryStatus.of(
+        {
+            "version": 3,
+            **controller.describe(),
+            "scores": {"canary": 0.0, "control": 0.0},
+            "nodes": ["n1"],
+            "failure": "",
+        }
+    )
     policy = views.Policy.of(
         PolicyRow(
             version=2,
@@ -198,9 +211,13 @@ async def _samples() -> dict[type, list[Any]]:
         policy,
         views.PolicyList([policy], 1),
         views.PolicyRolloutResult(version=2, nodes=["n1", "n2"], changed=["n2"]),
+        canary,
     ]
     nested = [
         policy.evaluation,
+        canary.samples,
+        canary.scores,
+        *canary.events,
         node.power,
         *views.Workload.of(workload, placements).placements,
         function.stats,

@@ -1,0 +1,227 @@
+"""The live canary: a policy version goes to a growing share of the nodes, step by step, while
+the :class:`~controlplane.rollout.controller.CanaryController` (the simulator's, unchanged)
+compares the regret of the canary nodes' decisions with the others'; it promotes the version
+after the last step, or rolls it back when the canary's anomaly score stays over the threshold
+while the control's does not.
+
+Samples are the nodes' own audits (edge_agent/decision_quality.py): each heartbeat carries the
+mean regret, under the objective both sides share, of the decisions audited since the last one.
+A node counts as canary while its heartbeats say it runs the version, as control while it runs
+another; one still on its way to the version is not counted.
+
+Shares become nodes in the order of a hash of their names (the nodes of 10% are among those of
+50%): at least one, and one left for the control group until the last step. Every decision is an
+event (``CanaryStarted``, ``CanaryStep``, ``CanaryPromoted``, ``CanaryRolledBack``, with both
+scores and the baseline) and the state is in ``/metrics``. A hub that restarts forgets the
+controller: the assignments it made stay, and an operator starts it again or promotes or rolls
+back by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from controlplane.errors import ConflictError, NotFoundError
+from controlplane.hub.nodes import NodeLive
+from controlplane.policies.registry import PolicyRegistry
+from controlplane.rollout.controller import CanaryController, Group, RolloutConfig
+from controlplane.store.store import Store
+
+__all__ = ["CanaryRollouts", "LiveCanary", "bucket"]
+
+log = logging.getLogger("edgeplane.hub.policy")
+
+TICK_S = 1.0
+
+
+def bucket(node: str) -> int:
+    """0-99, fixed per name: a percent rollout picks the same nodes each time, and more of them
+    as the percent rises (the nodes of 10% are among those of 20%)."""
+    return int(hashlib.sha256(node.encode()).hexdigest()[:8], 16) % 100
+
+
+class CanaryHub(Protocol):
+    @property
+    def nodes(self) -> Mapping[str, NodeLive]: ...
+
+    @property
+    def policy_regret_listeners(self) -> list[Callable[[NodeLive, float], None]]: ...
+
+
+class LiveCanary:
+    """One version's canary, from its start to its promotion or rollback."""
+
+    def __init__(
+        self,
+        *,
+        version: int,
+        config: RolloutConfig,
+        registry: PolicyRegistry,
+        hub: CanaryHub,
+        wake: Callable[[], None],
+        by: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.version = version
+        self.registry = registry
+        self.hub = hub
+        self.wake = wake
+        self.by = by
+        self.clock = clock
+        self.started = clock()
+        self.controller = CanaryController(config, start_s=0.0)
+        self.nodes: list[str] = []
+        self._acted = 0  # controller events already acted on
+        # What has been done (the controller decides first; the store and the nodes follow).
+        self.state = "canary"
+        self.fraction = 0.0
+        self.failure = ""
+
+    def _t(self) -> float:
+        return self.clock() - self.started
+
+    def observe(self, live: NodeLive, regret: float) -> None:
+        if self.controller.state != "canary":
+            return
+        group: Group
+        if live.policy_version == self.version:
+            group = "canary"
+        elif live.name in self.nodes:
+            return  # told to run it, not there yet
+        else:
+            group = "control"
+        self.controller.observe(group, regret, self._t())
+
+    async def tick(self) -> None:
+        """Let the controller judge on the clock, and act on what it decided since the last tick."""
+        self.controller.evaluate(self._t())
+        events = self.controller.events
+        while self._acted < len(events):
+            event = events[self._acted]
+            await self._act(event.kind, event.fraction, event.reason, event.to_dict())
+            self._acted += 1  # only once done: a failed act is done again at the next tick
+
+    async def _act(self, kind: str, fraction: float, reason: str, data: dict[str, Any]) -> None:
+        if kind in ("start", "step"):
+            self.nodes = self._share(fraction)
+            await self.registry.assign(self.version, self.nodes, by=f"canary ({self.by})")
+        elif kind == "promote":
+            await self.registry.promote(self.version, by=f"canary ({self.by})")
+        elif kind == "rollback":
+            await self.registry.rollback(self.version, by=f"canary ({self.by})", reason=reason)
+        self.state = {"promote": "promoted", "rollback": "rolled_back"}.get(kind, "canary")
+        self.fraction = fraction
+        self.wake()
+        names = {"start": "CanaryStarted", "step": "CanaryStep", "promote": "CanaryPromoted"}
+        async with self.registry.store.session() as session:
+            Store.add_event(
+                session,
+                names.get(kind, "CanaryRolledBack"),
+                "policy",
+                str(self.version),
+                f"policy v{self.version} canary: {kind} at {fraction:.0%}: {reason}",
+                {**data, "nodes": self.nodes},
+            )
+            session.info["wrote"] = True
+        log.info("policy v%d canary: %s at %.0f%% (%s)", self.version, kind, 100 * fraction, reason)
+
+    def _share(self, fraction: float) -> list[str]:
+        """The first ``fraction`` of the nodes in the order of their hash (the same order at each
+        step, so a step only adds nodes): at least one, and short of the last step at least one
+        left for the control group."""
+        names = sorted(self.hub.nodes, key=lambda n: (bucket(n), n))
+        count = max(1, math.floor(fraction * len(names) + 0.5))
+        if fraction < 1.0 and len(names) > 1:
+            count = min(count, len(names) - 1)
+        return sorted(names[:count])
+
+    async def run(self) -> None:
+        self.hub.policy_regret_listeners.append(self.observe)
+        try:
+            await self.tick()  # the start: the first share
+            while self.state == "canary":
+                await asyncio.sleep(TICK_S)
+                try:
+                    await self.tick()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the store away: the same decision again at the next tick
+                    log.warning("policy v%d canary: could not act: %s", self.version, exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.failure = str(exc)
+            log.exception("policy v%d canary stopped", self.version)
+        finally:
+            self.hub.policy_regret_listeners.remove(self.observe)
+
+    def describe(self) -> dict[str, Any]:
+        """What has been done so far: the state, share and events acted on, the scores now."""
+        described = self.controller.describe()
+        canary, control = self.controller.scores
+        return {
+            "version": self.version,
+            **described,
+            "state": self.state,
+            "fraction": self.fraction,
+            "events": described["events"][: self._acted],
+            "scores": {"canary": canary, "control": control},
+            "nodes": list(self.nodes),
+            "failure": self.failure,
+        }
+
+
+class CanaryRollouts:
+    """At most one live canary at a time; the finished ones stay readable."""
+
+    def __init__(self, registry: PolicyRegistry, hub: CanaryHub, wake: Callable[[], None]) -> None:
+        self.registry = registry
+        self.hub = hub
+        self.wake = wake
+        self.canaries: dict[int, LiveCanary] = {}
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+
+    def active(self) -> LiveCanary | None:
+        for version, task in self._tasks.items():
+            if not task.done():
+                return self.canaries[version]
+        return None
+
+    async def start(self, version: int, config: RolloutConfig, *, by: str) -> LiveCanary:
+        row = await self.registry.get(version)
+        running = self.active()
+        if running is not None:
+            raise ConflictError(f"policy v{running.version}'s canary is still running", field="version")
+        if row.state != "available":
+            raise ConflictError(
+                f"policy v{version} is {row.state}: only an available version goes to a canary",
+                field="version",
+            )
+        canary = LiveCanary(
+            version=version, config=config, registry=self.registry, hub=self.hub, wake=self.wake, by=by
+        )
+        self.canaries[version] = canary
+        self._tasks[version] = asyncio.create_task(canary.run(), name=f"policy-canary-v{version}")
+        await asyncio.sleep(0)  # its first share is assigned before the answer where it can be
+        return canary
+
+    def get(self, version: int) -> LiveCanary:
+        canary = self.canaries.get(version)
+        if canary is None:
+            raise NotFoundError(f"policy v{version} has had no canary since the hub started", field="version")
+        return canary
+
+    async def close(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        for task in self._tasks.values():
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
