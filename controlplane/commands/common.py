@@ -128,6 +128,13 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         default=50.0,
         help="how long to wait for agents' local-policy bids before placing (0 disables bids)",
     )
+    parser.add_argument(
+        "--deschedule-budget",
+        metavar="MOVES/SECONDS",
+        default="2/300",
+        help="the descheduler's disruption budget: at most MOVES replicas moved off anomalous nodes "
+        "(battery below 15%% on battery power) in any SECONDS (default 2/300; 0/300 turns it off)",
+    )
     parser.add_argument("--lease-missed", type=int, default=3, help="heartbeats a node may miss (default 3)")
     parser.add_argument(
         "--hub-lease-s",
@@ -297,6 +304,7 @@ def check_function_policy(args: argparse.Namespace) -> None:
             raise ConfigError("<command line>", "--placement-model", str(exc)) from None
     if not 0 <= args.bid_deadline_ms <= 10_000:
         raise ConfigError("<command line>", "--bid-deadline-ms", "must be between 0 and 10000")
+    args.deschedule = _deschedule_budget(args.deschedule_budget)
     if not 0 < args.nats_connect_timeout <= 3600:
         raise ConfigError("<command line>", "--nats-connect-timeout", "must be in (0, 3600] seconds")
     if not 5 <= args.hub_lease_s <= 600:
@@ -311,9 +319,23 @@ def check_function_policy(args: argparse.Namespace) -> None:
     args.keepalive_policy = make_policy(args.function_policy)
 
 
+def _deschedule_budget(raw: str) -> tuple[int, float]:
+    moves, _, window = raw.partition("/")
+    try:
+        budget = int(moves), float(window)
+    except ValueError:
+        budget = (-1, 0.0)
+    if not (0 <= budget[0] <= 10_000 and 1 <= budget[1] <= 86_400):
+        raise ConfigError(
+            "<command line>", "--deschedule-budget", f"must be MOVES/SECONDS, e.g. 2/300 (got {raw!r})"
+        )
+    return budget
+
+
 def hub_settings(
     args: argparse.Namespace, nats_url: str, federation: FederationConfig, nats: NatsSetup | None = None
 ) -> HubSettings:
+    from controlplane.hub.descheduler import DeschedulerSettings
     from controlplane.hub.registration import RegistrationLimits
     from controlplane.hub.service import HubSettings
 
@@ -330,6 +352,9 @@ def hub_settings(
         nats_tls=nats.tls if nats else None,
         require_enrolment=nats.require_enrolment if nats else False,
         registration=RegistrationLimits(memory_within_telemetry=not args.allow_memory_above_telemetry),
+        descheduler=DeschedulerSettings(
+            enabled=args.deschedule[0] > 0, max_moves=args.deschedule[0], window_s=args.deschedule[1]
+        ),
     )
 
 

@@ -35,6 +35,7 @@ from edgeplane_contract.transport import PAYLOAD_MARGIN
 
 from controlplane.bus.hub_bus import HubBus
 from controlplane.errors import NotFoundError, StoreUnavailableError, ValidationError
+from controlplane.hub.descheduler import Descheduler
 from controlplane.hub.dispatch import AckEffect, Dispatcher, Sent
 from controlplane.hub.forget import ForgottenNode, commit_forget, forget_node
 from controlplane.hub.learning import InterferenceLearning
@@ -176,6 +177,10 @@ class Hub:
         # Called with (node, mean regret) for each heartbeat that carries the regret of the local
         # policy's audited decisions (the canary controller, controlplane/policies/canary_live.py).
         self.policy_regret_listeners: list[Callable[[NodeLive, float], None]] = []
+        # Nodes taking no new placements (the descheduler's cordon of an anomalous node).
+        self.cordoned: set[str] = set()
+        self.descheduler = Descheduler(self, settings.descheduler)
+        self._deschedule_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self._resumed_at = float("-inf")
         self.started = False
@@ -191,6 +196,8 @@ class Hub:
         await self.bus.start(self, connect_within_s=self.settings.nats_connect_within_s)
         self._task = asyncio.create_task(self._run(), name="hub-reconcile")
         self._watch_task = asyncio.create_task(self.loop_watch.run(), name="hub-loop-watch")
+        if self.settings.descheduler.enabled:
+            self._deschedule_task = asyncio.create_task(self.descheduler.run(), name="hub-descheduler")
         self.started = True
         log.info("hub %s started", self.settings.hub_id)
 
@@ -213,6 +220,9 @@ class Hub:
         if self._watch_task is not None:
             await stop_task(self._watch_task)
         self._watch_task = None
+        if self._deschedule_task is not None:
+            await stop_task(self._deschedule_task)
+        self._deschedule_task = None
         for task in self.dispatch.background():
             await stop_task(task)
         await self.functions.stop()
@@ -366,6 +376,8 @@ class Hub:
                 row, previous_boot = self.registry.register(s, row, msg)
                 rows[node_name] = row  # the same node twice in a batch: its row is new only once
                 self.placer.upsert_node(placement_node(row, self.federation))
+                if node_name in self.cordoned:  # registering again does not lift a cordon
+                    self.placer.set_node_ready(node_name, False)
                 if previous_boot != msg.boot_id:
                     self.functions.node_lost(node_name)
                 ready_in.add(msg.cluster)
@@ -666,10 +678,55 @@ class Hub:
         if due:
             await self._apply_answers(await self.dispatch.send(due))
 
+    # --- the descheduler's view (hub/descheduler.py) ------------------------------------------
+
+    def placements_on(self, node: str) -> list[tuple[str, str, int]]:
+        return [(p, w, r) for p, (w, r, n) in self._active.items() if n == node]
+
+    def is_active(self, placement_id: str) -> bool:
+        return placement_id in self._active
+
+    async def specs_of(self, workload_ids: list[str]) -> dict[str, WorkloadSpec]:
+        async with self.store.session() as s:
+            return await self.specs.load(s, workload_ids)
+
+    def cores(self, node: str) -> float | None:
+        cpu = self.placer.capacity(node).get("cpu")
+        return float(cpu) if isinstance(cpu, int | float) else None
+
+    def cordon(self, node: str, cordoned: bool) -> None:
+        """No new placements on ``node`` (or again, once lifted, while it is Ready)."""
+        if cordoned:
+            self.cordoned.add(node)
+        else:
+            self.cordoned.discard(node)
+        live = self.nodes.get(node)
+        self.placer.set_node_ready(node, not cordoned and live is not None and live.status == "Ready")
+        if not cordoned:
+            self.wake()
+
+    async def move_placement(self, placement_id: str, reason: str) -> bool:
+        """Stop a placement so that its replica is placed again (elsewhere: its node is cordoned);
+        an event ``Descheduled`` says why. False when it is no longer active or already stopping."""
+        async with self._lock, self.store.session() as s:
+            row = await s.get(PlacementRow, placement_id)
+            if row is None or row.status not in ACTIVE_PLACEMENT or row.stop_command_id is not None:
+                return False
+            self.book.request_stops([row], reason)
+            Store.add_event(
+                s,
+                "Descheduled",
+                "workload",
+                row.workload_id,
+                f"replica {row.replica} moved off {row.node}: {reason}",
+                {"placement_id": row.id, "node": row.node},
+            )
+        return True
+
     async def _set_node_status(self, s: AsyncSession, live: NodeLive, status: str, why: str) -> None:
         if status != "Ready":
             self.functions.node_lost(live.name)
-        self.placer.set_node_ready(live.name, status == "Ready")
+        self.placer.set_node_ready(live.name, status == "Ready" and live.name not in self.cordoned)
         await self.registry.set_status(s, live, status, why)
 
     async def _expire_leases(self) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from edgeplane_contract.credentials import NatsTls
 
 from controlplane.federation.config import FederationConfig
+from controlplane.hub.descheduler import DeschedulerSettings
 from controlplane.hub.registration import RegistrationLimits
 from controlplane.scheduling.profiles import Profile, load_profile
 from controlplane.serverless.keepalive import Policy, make_policy
@@ -43,6 +44,8 @@ class HubSettings:
     # Runtime observations kept in the store and replayed into the interference estimate at
     # start (``hub.learning``): the newest this many.
     runtime_observations_kept: int = 5000
+    # Moving work off anomalous nodes within a disruption budget (hub/descheduler.py).
+    descheduler: DeschedulerSettings = field(default_factory=DeschedulerSettings)
 
 
 class SeenIds:

@@ -51,6 +51,10 @@ class HubView(Protocol):
     def placer(self) -> PlacementView: ...
     @property
     def functions(self) -> InstanceView: ...
+    @property
+    def cordoned(self) -> set[str]: ...
+    @property
+    def descheduler(self) -> Any: ...
 
 
 class InterferenceView(Protocol):
@@ -153,7 +157,7 @@ class HubCollector(Collector):
         yield from self._bus()
         yield from self._instances()
 
-    def _nodes(self) -> Iterator[GaugeMetricFamily]:
+    def _nodes(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         hub = self.hub
         by_status = Tally({status: 0 for status in NODE_STATUSES})
         per_node = ("node", "cluster")
@@ -170,6 +174,9 @@ class HubCollector(Collector):
         gpus = _gauge("edgeplane_node_gpus_allocated", "Whole GPUs held by placements", per_node)
         gpu_cap = _gauge("edgeplane_node_gpus", "GPUs the node offers", per_node)
         mig = _gauge("edgeplane_node_mig_slices_allocated", "MIG slices held by placements", per_node)
+        cordoned = _gauge(
+            "edgeplane_node_cordoned", "1 while the descheduler keeps new work off the node", per_node
+        )
         policy = _gauge(
             "edgeplane_node_policy_version",
             "The local policy version the node decides with (0: the model it shipped with)",
@@ -195,10 +202,20 @@ class HubCollector(Collector):
             mem_cap.add_metric(labels, float(offered.get("memory", 0)))
             gpu_cap.add_metric(labels, float(offered.get("gpus", 0)))
             policy.add_metric(labels, float(live.policy_version or 0))
+            cordoned.add_metric(labels, 1.0 if live.name in hub.cordoned else 0.0)
         nodes = _gauge("edgeplane_nodes", "Nodes known to the hub, by status", ["status"])
         for status, count in sorted(by_status.items()):
             nodes.add_metric([status], float(count))
+        moves = CounterMetricFamily(
+            "edgeplane_descheduler_moves", "Replicas moved off anomalous nodes (hub/descheduler.py)"
+        )
+        moves.add_metric([], float(hub.descheduler.moves))
+        budget_held = CounterMetricFamily(
+            "edgeplane_descheduler_held_by_budget", "Moves the disruption budget held back, pass by pass"
+        )
+        budget_held.add_metric([], float(hub.descheduler.held_by_budget))
         yield from (nodes, ready, battery, level, w3, cpu, cpu_cap, mem, mem_cap, gpus, gpu_cap, mig, policy)
+        yield from (cordoned, moves, budget_held)
 
     def _bus(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         bus = self.hub.bus
