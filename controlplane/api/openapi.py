@@ -444,7 +444,7 @@ _PATHS: dict[str, Any] = {
                 "200": _json(_model(views.PolicyRolloutResult)),
                 "400": _ERROR,
                 "404": _ERROR,
-                "409": _json(_ref("Error"), "The version was rolled back"),
+                "409": _json(_ref("Error"), "The version was rolled back, or the hub cannot sign versions"),
                 "422": _ERROR,
             },
         }
@@ -461,7 +461,9 @@ _PATHS: dict[str, Any] = {
                 "201": _json(_model(views.CanaryStatus), "Started"),
                 "400": _ERROR,
                 "404": _ERROR,
-                "409": _json(_ref("Error"), "Another canary runs, or the version is not available"),
+                "409": _json(
+                    _ref("Error"), "Another canary runs, the version is not available, or the hub cannot sign"
+                ),
                 "422": _ERROR,
             },
         },
@@ -480,7 +482,7 @@ _PATHS: dict[str, Any] = {
             "responses": {
                 "200": _json(_model(views.Policy)),
                 "404": _ERROR,
-                "409": _json(_ref("Error"), "The version was rolled back"),
+                "409": _json(_ref("Error"), "The version was rolled back, or the hub cannot sign versions"),
                 "422": _ERROR,
             },
         }

@@ -15,7 +15,7 @@ from controlplane.api.auth import principal_of
 from controlplane.api.keys import HUB
 from controlplane.api.request import json_body
 from controlplane.api.views import CanaryStatus, Policy, PolicyList, PolicyRolloutResult, to_json
-from controlplane.errors import ValidationError
+from controlplane.errors import ConflictError, ValidationError
 from controlplane.hub.service import Hub
 from controlplane.policies.canary_live import CanaryRollouts, bucket
 from controlplane.policies.distribution import PolicyDistributor
@@ -63,6 +63,16 @@ def _version(request: web.Request) -> int:
     return int(text)
 
 
+def _can_sign(request: web.Request) -> None:
+    """A version reaches nodes only signed by the hub's nkey: a hub on anonymous NATS has none."""
+    if request.app[HUB].bus.signing_seed is None:
+        raise ConflictError(
+            "this hub has no NATS key to sign policy versions with (it runs on anonymous NATS): "
+            "run it with --nats-seed, as enrolment does",
+            field="version",
+        )
+
+
 def _who(request: web.Request) -> str:
     principal = principal_of(request)
     return principal.name if principal is not None else "anonymous"
@@ -93,6 +103,7 @@ async def get_policy(request: web.Request) -> web.Response:
 async def rollout_policy(request: web.Request) -> web.Response:
     version = _version(request)
     target = POLICY_ROLLOUT.parse(await json_body(request))
+    _can_sign(request)
     nodes = _targets(request.app[HUB], target)
     changed = await request.app[POLICIES].assign(version, nodes, by=_who(request))
     request.app[POLICY_DISTRIBUTOR].wake()
@@ -101,6 +112,7 @@ async def rollout_policy(request: web.Request) -> web.Response:
 
 @routes.post("/v1/policies/{version}/promote")
 async def promote_policy(request: web.Request) -> web.Response:
+    _can_sign(request)
     row = await request.app[POLICIES].promote(_version(request), by=_who(request))
     request.app[POLICY_DISTRIBUTOR].wake()
     return web.json_response(to_json(_policy(request, row)))
@@ -132,6 +144,7 @@ async def start_canary(request: web.Request) -> web.Response:
         )
     except ValueError as exc:  # the parser checks each field; this is a last line
         raise ValidationError(str(exc), field="<body>") from None
+    _can_sign(request)
     canary = await request.app[CANARIES].start(version, config, by=_who(request))
     return web.json_response(to_json(CanaryStatus.of(canary.describe())), status=201)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from harness import running_hub
+from harness import running_hub, secured_nats
 
 from edgeplane_contract.policy.actions import N_ACTIONS, N_BINS
 from edgeplane_contract.policy.features import N_FEATURES
@@ -110,6 +110,11 @@ async def test_a_model_is_kept_as_a_version_after_it_loads_and_agrees_with_the_o
         events = await api.get("/v1/events?kind=PolicyRegistered")
         assert [e["object_id"] for e in events["items"]] == ["1", "2", "3"]
 
+        # This hub runs on anonymous NATS: it has no key to sign versions with, so it sends none.
+        for action, payload in (("promote", None), ("rollout", {"percent": 50}), ("canary", {})):
+            status, refused = await api.call("POST", f"/v1/policies/1/{action}", payload)
+            assert status == 409 and "no NATS key to sign" in refused["error"]["message"], (action, refused)
+
 
 @pytest.mark.parametrize(
     ("upload", "field", "reason"),
@@ -152,10 +157,16 @@ async def test_uploading_a_policy_needs_the_admin_scope(nats_server, sqlite_url)
         assert (await api.get("/v1/policies"))["total"] == 0
 
 
-async def test_policy_push_and_list_from_the_command_line(nats_server, sqlite_url, tmp_path):
+async def test_policy_push_and_list_from_the_command_line(sqlite_url, tmp_path):
     """``controlplane policy push|list`` as a user runs them: separate processes, the config file
     ``controlplane up`` writes, the model's metadata.json found next to it."""
-    async with running_hub(nats_server.url, sqlite_url) as (running, _):
+    (tmp_path / "nats").mkdir()
+    with secured_nats(tmp_path / "nats") as secured:
+        await _cli_session(secured, sqlite_url, tmp_path)
+
+
+async def _cli_session(secured: Any, sqlite_url: str, tmp_path: Path) -> None:
+    async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (running, _):
         admin = await IdentityStore(running.hub.store).create_api_token("cli", ["admin"])
         data_dir = tmp_path / ".edgeplane"
         data_dir.mkdir()
