@@ -44,6 +44,8 @@ class PolicyRegistry:
         async with self._uploading:
             existing = await self._by_sha(digest)
             if existing is not None:
+                if existing.state == "rolled_back":  # uploaded again: an operator wants it back
+                    existing = await self._set_available(existing, created_by)
                 return Registered(existing, created=False)
             evaluation = await asyncio.to_thread(
                 self._evaluate, upload.model, metadata, await self.promoted()
@@ -80,6 +82,21 @@ class PolicyRegistry:
                 )
                 session.info["wrote"] = True
             return Registered(row, created=True)
+
+    async def _set_available(self, row: PolicyRow, by: str) -> PolicyRow:
+        async with self.store.session() as session:
+            await session.execute(
+                update(PolicyRow).where(PolicyRow.version == row.version).values(state="available")
+            )
+            Store.add_event(
+                session,
+                "PolicyRegistered",
+                "policy",
+                str(row.version),
+                f"policy v{row.version} uploaded again by {by}: available again after its rollback",
+            )
+            session.info["wrote"] = True
+        return await self.get(row.version)
 
     @staticmethod
     def _evaluate(model: bytes, metadata: dict[str, object], reference: PolicyRow | None) -> Evaluation:

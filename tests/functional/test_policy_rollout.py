@@ -126,6 +126,11 @@ async def test_a_version_rolls_out_to_one_node_is_promoted_to_all_and_rolled_bac
             await wait_for(lambda: _running_on(api, 1), lambda nodes: nodes == NODES, timeout=20)
             status, again = await api.call("POST", "/v1/policies/2/rollout", {"nodes": ["e1"]})
             assert status == 409 and again["error"]["field"] == "version", again
+            # Uploading it again makes it available again (the same model: the same version).
+            status, revived = await api.call(
+                "POST", "/v1/policies", body(constant_model(64), BARE_METADATA, min_agreement=0)
+            )
+            assert (status, revived["version"], revived["state"]) == (200, 2, "available"), revived
 
             # Rolling back the fleet's version returns every node to the model it shipped with.
             await api.call("POST", "/v1/policies/1/rollback")
