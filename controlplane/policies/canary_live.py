@@ -105,7 +105,11 @@ class LiveCanary:
         while self._acted < len(events):
             event = events[self._acted]
             await self._act(event.kind, event.fraction, event.reason, event.to_dict())
-            self._acted += 1  # only once done: a failed act is done again at the next tick
+            # Only once done (a failed act is done again at the next tick), and together, so that
+            # a reader never sees a state without the event that led to it.
+            self._acted += 1
+            self.state = {"promote": "promoted", "rollback": "rolled_back"}.get(event.kind, "canary")
+            self.fraction = event.fraction
 
     async def _act(self, kind: str, fraction: float, reason: str, data: dict[str, Any]) -> None:
         if kind in ("start", "step"):
@@ -115,8 +119,6 @@ class LiveCanary:
             await self.registry.promote(self.version, by=f"canary ({self.by})")
         elif kind == "rollback":
             await self.registry.rollback(self.version, by=f"canary ({self.by})", reason=reason)
-        self.state = {"promote": "promoted", "rollback": "rolled_back"}.get(kind, "canary")
-        self.fraction = fraction
         self.wake()
         names = {"start": "CanaryStarted", "step": "CanaryStep", "promote": "CanaryPromoted"}
         async with self.registry.store.session() as session:

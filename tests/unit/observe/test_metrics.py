@@ -68,6 +68,8 @@ def hub_registry() -> CollectorRegistry:
         federation=SimpleNamespace(clusters=[SimpleNamespace(name="default")]),
         placer=_Placer(),
         functions=SimpleNamespace(instances={"e1": {"i": _instance("echo", "idle")}}),
+        cordoned={"e1"},
+        descheduler=SimpleNamespace(moves=3, held_by_budget=1),
     )
     metrics.watch(hub)  # type: ignore[arg-type]
     return metrics.registry
@@ -118,6 +120,10 @@ def test_the_hub_reads_nodes_bus_and_instances_at_scrape_time():
     assert got[("edgeplane_node_cpu_allocated_cores", e1)] == 1.5
     assert got[("edgeplane_node_cpu_capacity_cores", e1)] == 4
     assert got[("edgeplane_node_mig_slices_allocated", e1)] == 1
+    assert got[("edgeplane_node_cordoned", e1)] == 1
+    assert got[("edgeplane_node_cordoned", (("cluster", "default"), ("node", "e2")))] == 0
+    assert got[("edgeplane_node_policy_version", e1)] == 0  # the model it shipped with
+    assert got[("edgeplane_descheduler_moves_total", ())] == 3
     assert ("edgeplane_node_battery_percent", (("cluster", "default"), ("node", "e2"))) not in got
     assert got[("edgeplane_bus_malformed_messages_total", (("kind", "heartbeat"),))] == 2
     assert got[("edgeplane_bus_reconnects_total", (("cluster", "default"),))] == 3
