@@ -137,6 +137,11 @@ def _region(hub: Hub, cluster: str) -> str:
     return config.region if config else ""
 
 
+def _policy_version(hub: Hub, name: str) -> int | None:
+    live = hub.nodes.get(name)
+    return live.policy_version if live is not None else None
+
+
 @routes.get("/v1/nodes")
 async def list_nodes(request: web.Request) -> web.Response:
     hub = request.app[HUB]
@@ -147,7 +152,13 @@ async def list_nodes(request: web.Request) -> web.Response:
     )
     revoked = await request.app[IDENTITIES].revoked_among([r.name for r in rows])
     items = [
-        Node.of(r, region=_region(hub, r.cluster), allocated=hub.allocated(r.name), revoked=r.name in revoked)
+        Node.of(
+            r,
+            region=_region(hub, r.cluster),
+            allocated=hub.allocated(r.name),
+            revoked=r.name in revoked,
+            policy_version=_policy_version(hub, r.name),
+        )
         for r in rows
     ]
     return web.json_response(to_json(NodePage(items=items, total=total, limit=limit, offset=offset)))
@@ -161,7 +172,13 @@ async def get_node(request: web.Request) -> web.Response:
     if row is None:
         raise NotFoundError(f"node {name!r} not found", field="name")
     revoked = name in await request.app[IDENTITIES].revoked_among([name])
-    node = Node.of(row, region=_region(hub, row.cluster), allocated=hub.allocated(name), revoked=revoked)
+    node = Node.of(
+        row,
+        region=_region(hub, row.cluster),
+        allocated=hub.allocated(name),
+        revoked=revoked,
+        policy_version=_policy_version(hub, name),
+    )
     return web.json_response(to_json(node))
 
 

@@ -205,6 +205,7 @@ function renderNodes(page) {
       ["Power", (n) => badge(n.power?.source ?? "unknown")],
       ["Battery", (n) => battery(n.power)],
       ["w3", (n) => num(n.weights?.w3)],
+      ["Policy", (n) => (n.policy_version == null ? "shipped" : `v${n.policy_version}`)],
       // What placements requested (the scheduler's ledger), then what the node measured: a
       // workload may use more or less than it asked for.
       ["CPU requested / cap", (n) => `${num(n.allocated?.cpu)} / ${num(n.resources?.cpu)}`],

@@ -20,7 +20,6 @@ Every move is an event ``Descheduled`` on the workload (node, reason) and counte
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from controlplane.hub.nodes import NodeLive
+from controlplane.hub.periodic import run_periodically
 from controlplane.hub.spec import WorkloadSpec
 
 __all__ = ["Descheduler", "DeschedulerSettings", "DisruptionBudget", "movable", "node_anomaly"]
@@ -138,14 +138,7 @@ class Descheduler:
         self.held_by_budget = 0
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.pass_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the store away: the next pass
-                log.warning("descheduler pass failed: %s", exc)
-            await asyncio.sleep(self.settings.every_s)
+        await run_periodically(self.pass_once, every_s=self.settings.every_s, what="descheduler", log=log)
 
     async def pass_once(self) -> list[str]:
         """Judge every node, cordon or uncordon, and move what the budget allows; the ids moved."""

@@ -60,6 +60,7 @@ from controlplane.hub.spec_cache import SpecCache
 from controlplane.hub.stall import LoopWatch
 from controlplane.hub.workloads import PlacementBook
 from controlplane.observe.hub import HubMetrics
+from controlplane.rollout.canary import latency_vs_sla
 from controlplane.scheduling.model import Feasibility, WorkloadRequest
 from controlplane.store import queries
 from controlplane.store.identities import IdentityStore
@@ -143,7 +144,12 @@ class Hub:
             placer, keep=settings.runtime_observations_kept, specs=self.specs
         )
         self.book = PlacementBook(
-            placer, self._active, wake=self.wake, learning=self.learning, specs=self.specs
+            placer,
+            self._active,
+            wake=self.wake,
+            learning=self.learning,
+            specs=self.specs,
+            on_end=self._placement_ended,
         )
         self.placing = PlacementRound(
             store,
@@ -177,6 +183,9 @@ class Hub:
         # Called with (node, mean regret) for each heartbeat that carries the regret of the local
         # policy's audited decisions (the canary controller, controlplane/policies/canary_live.py).
         self.policy_regret_listeners: list[Callable[[NodeLive, float], None]] = []
+        # Called with (node, latency over SLA) for each placement with an SLA that ends Succeeded
+        # or Failed (the canary controller's outcome guard, controlplane/policies/canary_live.py).
+        self.placement_outcome_listeners: list[Callable[[str, float], None]] = []
         # Nodes taking no new placements (the descheduler's cordon of an anomalous node).
         self.cordoned: set[str] = set()
         self.descheduler = Descheduler(self, settings.descheduler)
@@ -677,6 +686,19 @@ class Hub:
                 due = await self.dispatch.due(s)
         if due:
             await self._apply_answers(await self.dispatch.send(due))
+
+    def _placement_ended(self, placement: PlacementRow) -> None:
+        """A placement's outcome against its workload's SLA, to whoever listens: its time from
+        scheduling to its end over the SLA (capped), the cap for a failure; none without an SLA."""
+        if not self.placement_outcome_listeners or placement.status not in ("Succeeded", "Failed"):
+            return
+        spec = self.specs.get(placement.workload_id)
+        sla = spec.sla_latency_s if spec is not None else None
+        took = (placement.finished_at or time.time()) - placement.scheduled_at
+        value = latency_vs_sla(took if placement.status == "Succeeded" else None, sla)
+        if value is not None:
+            for listener in self.placement_outcome_listeners:
+                listener(placement.node, value)
 
     # --- the descheduler's view (hub/descheduler.py) ------------------------------------------
 

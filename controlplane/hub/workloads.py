@@ -52,12 +52,14 @@ class PlacementBook:
         wake: Callable[[], None],
         learning: InterferenceLearning | None = None,
         specs: SpecCache | None = None,
+        on_end: Callable[[PlacementRow], None] | None = None,
     ) -> None:
         self.placer = placer
         # Parsed workload specs: the restart policy of a placement its node's shutdown ended.
         self.specs = specs if specs is not None else SpecCache()  # an empty cache is falsy
         self._active = active
         self._wake = wake
+        self._on_end = on_end  # told of every placement that ends (the canary's outcome samples)
         # Where a success's runtime observation goes (None: nowhere).
         self.learning = learning
         # Workloads whose status is worked out at the end of a ``refreshing_once`` block (None:
@@ -227,6 +229,11 @@ class PlacementBook:
         placement.updated_at = now
         self.placer.release(placement.workload_id, placement.replica)
         self._active.pop(placement.id, None)
+        if self._on_end is not None:
+            try:
+                self._on_end(placement)
+            except Exception:  # a listener must not cost the transaction
+                log.exception("placement end listener failed")
         Store.add_event(
             s,
             f"Placement{status}",

@@ -25,6 +25,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from controlplane.errors import ConflictError, NotFoundError
@@ -53,6 +54,9 @@ class CanaryHub(Protocol):
     @property
     def policy_regret_listeners(self) -> list[Callable[[NodeLive, float], None]]: ...
 
+    @property
+    def placement_outcome_listeners(self) -> list[Callable[[str, float], None]]: ...
+
 
 class LiveCanary:
     """One version's canary, from its start to its promotion or rollback."""
@@ -76,6 +80,10 @@ class LiveCanary:
         self.clock = clock
         self.started = clock()
         self.controller = CanaryController(config, start_s=0.0)
+        # The guard: the same rules over the outcomes of work with an SLA on each group's nodes
+        # (latency over SLA, capped; a failure counts the cap). It never steps or promotes; its
+        # rollback is the canary's.
+        self.outcomes = CanaryController(replace(config, steps=(1.0,), dwell_s=math.inf), start_s=0.0)
         self.nodes: list[str] = []
         self._acted = 0  # controller events already acted on
         # What has been done (the controller decides first; the store and the nodes follow).
@@ -98,9 +106,26 @@ class LiveCanary:
             group = "control"
         self.controller.observe(group, regret, self._t())
 
+    def observe_outcome(self, node: str, value: float) -> None:
+        live = self.hub.nodes.get(node)
+        if self.controller.state != "canary" or live is None:
+            return
+        group: Group
+        if live.policy_version == self.version:
+            group = "canary"
+        elif node in self.nodes:
+            return
+        else:
+            group = "control"
+        self.outcomes.observe(group, value, self._t())
+
     async def tick(self) -> None:
         """Let the controller judge on the clock, and act on what it decided since the last tick."""
-        self.controller.evaluate(self._t())
+        t = self._t()
+        self.controller.evaluate(t)
+        self.outcomes.evaluate(t)
+        if self.outcomes.state == "rolled_back" and self.controller.state == "canary":
+            self.controller.roll_back(t, f"outcomes against SLA: {self.outcomes.events[-1].reason}")
         events = self.controller.events
         while self._acted < len(events):
             event = events[self._acted]
@@ -145,6 +170,7 @@ class LiveCanary:
 
     async def run(self) -> None:
         self.hub.policy_regret_listeners.append(self.observe)
+        self.hub.placement_outcome_listeners.append(self.observe_outcome)
         try:
             await self.tick()  # the start: the first share
             while self.state == "canary":
@@ -162,6 +188,7 @@ class LiveCanary:
             log.exception("policy v%d canary stopped", self.version)
         finally:
             self.hub.policy_regret_listeners.remove(self.observe)
+            self.hub.placement_outcome_listeners.remove(self.observe_outcome)
 
     def describe(self) -> dict[str, Any]:
         """What has been done so far: the state, share and events acted on, the scores now."""
@@ -174,6 +201,8 @@ class LiveCanary:
             "fraction": self.fraction,
             "events": described["events"][: self._acted],
             "scores": {"canary": canary, "control": control},
+            "outcome_scores": dict(zip(("canary", "control"), self.outcomes.scores, strict=True)),
+            "outcome_samples": dict(self.outcomes.samples),
             "nodes": list(self.nodes),
             "failure": self.failure,
         }

@@ -26,6 +26,7 @@ from edgeplane_contract.policy.signing import sign_policy, signed_text
 
 from controlplane.bus.hub_bus import HubBus
 from controlplane.hub.nodes import NodeLive
+from controlplane.hub.periodic import run_periodically
 from controlplane.policies.registry import PolicyRegistry
 from controlplane.store.store import Store
 
@@ -99,18 +100,9 @@ class PolicyDistributor:
         self._wake.set()
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.pass_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the store away, a connection closing: the next pass
-                log.warning("policy distribution pass failed: %s", exc)
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.every_s)
-            except TimeoutError:
-                pass
+        await run_periodically(
+            self.pass_once, every_s=self.every_s, what="policy distribution", log=log, wake=self._wake
+        )
 
     async def pass_once(self) -> Counter[str]:
         """Push to every Ready node whose version is not the one it should run; the outcomes."""

@@ -146,6 +146,12 @@ class CanaryController:
             self.state = "promoted"
             self._decide(t_s, "promote", 1.0, f"every step held without an anomaly ({len(cfg.steps)} steps)")
 
+    def roll_back(self, t_s: float, reason: str) -> None:
+        """Roll back now, for a reason from outside (another metric's controller)."""
+        if self.state == "canary":
+            self._decide(t_s, "rollback", 0.0, reason)
+            self.state = "rolled_back"
+
     def _current(self, recent: deque[float]) -> float:
         return float(np.percentile(np.fromiter(recent, dtype=np.float64), self.config.percentile))
 

@@ -398,3 +398,50 @@ def spawn_agent(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+# --- the client CLI and enrolment, as a user and a node do them ---------------------------------
+
+
+def client_cli(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``controlplane ARGV`` in a process of its own, from ``cwd`` (its HOME too), reading the
+    client config found there (``write_admin_config``)."""
+    return subprocess.run(
+        [sys.executable, "-m", "controlplane.cli", *argv],
+        cwd=cwd,
+        env={**os.environ, "HOME": str(cwd), "EDGEPLANE_CONFIG": "", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def write_admin_config(running: RunningHub, home: Path) -> None:
+    """The config file ``controlplane up`` writes, with an admin token, in ``home/.edgeplane``."""
+    from controlplane.client.config import write_client_config
+
+    admin = await IdentityStore(running.hub.store).create_api_token("cli", ["admin"])
+    data_dir = home / ".edgeplane"
+    data_dir.mkdir()
+    (data_dir / "admin.token").write_text(admin.token + "\n")
+    write_client_config(data_dir, running.url, data_dir / "admin.token")
+
+
+async def enrol(running: RunningHub, name: str, cluster: str = "default") -> tuple[str, dict[str, Any]]:
+    """Enrol node ``name`` as an agent does (``POST /v1/join`` with a fresh join token and key):
+    its nkey seed and the hub's answer."""
+    from edgeplane_contract.credentials import new_user_seed
+
+    token = await IdentityStore(running.hub.store).create_join_token(cluster, 60.0)
+    seed = new_user_seed()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            running.url + "/v1/join",
+            json={"token": token.token, "node": name, "public_key": public_key_of(seed)},
+            timeout=aiohttp.ClientTimeout(total=10),
+        ) as response,
+    ):
+        reply = await response.json()
+        assert response.status == 201, reply
+    return seed, reply

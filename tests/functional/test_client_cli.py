@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
-from harness import PYTHON_FUNCTIONS, running_agents, running_hub
+from harness import PYTHON_FUNCTIONS, client_cli, running_agents, running_hub
 
 from controlplane.client.config import write_client_config
 from controlplane.natsd import free_port
@@ -34,20 +32,9 @@ resources: {cpu: 0.5, memory: 64Mi}
 """
 
 
-def _cli(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", *argv],
-        cwd=cwd,
-        env={**os.environ, "HOME": str(cwd), "EDGEPLANE_CONFIG": "", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 async def _run(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     # The hub serves from this event loop: the child must not block it.
-    return await asyncio.to_thread(_cli, cwd, *argv)
+    return await asyncio.to_thread(client_cli, cwd, *argv)
 
 
 async def test_the_client_lists_applies_describes_invokes_and_deletes(nats_server, sqlite_url, tmp_path):
@@ -136,14 +123,14 @@ async def test_the_client_lists_applies_describes_invokes_and_deletes(nats_serve
 
 
 def test_a_missing_config_names_the_files_it_looked_for(tmp_path):
-    default = _cli(tmp_path, "get", "nodes")
+    default = client_cli(tmp_path, "get", "nodes")
     assert default.returncode == 1
     assert str(tmp_path / ".edgeplane" / "client.yaml") in default.stderr
     assert str(tmp_path / ".config" / "edgeplane" / "client.yaml") in default.stderr
     assert "controlplane up" in default.stderr and len(default.stderr.splitlines()) == 1
-    explicit = _cli(tmp_path, "top", "nodes", "--config", "elsewhere.yaml")
+    explicit = client_cli(tmp_path, "top", "nodes", "--config", "elsewhere.yaml")
     assert explicit.returncode == 1 and "elsewhere.yaml (from --config)" in explicit.stderr
-    from_env = _cli(tmp_path, "get", "nodes", env={"EDGEPLANE_CONFIG": str(tmp_path / "env.yaml")})
+    from_env = client_cli(tmp_path, "get", "nodes", env={"EDGEPLANE_CONFIG": str(tmp_path / "env.yaml")})
     assert f"{tmp_path / 'env.yaml'} (from $EDGEPLANE_CONFIG)" in from_env.stderr
 
 
@@ -155,7 +142,7 @@ def test_an_unreachable_hub_is_one_line_without_the_token(tmp_path):
     config = write_client_config(data_dir, url, data_dir / "admin.token")
     assert config.stat().st_mode & 0o777 == 0o600
     assert yaml.safe_load(config.read_text()) == {"url": url, "token_file": "admin.token"}
-    result = _cli(tmp_path, "get", "workloads", "-v", "--timeout", "5")
+    result = client_cli(tmp_path, "get", "workloads", "-v", "--timeout", "5")
     assert result.returncode == 1
     last = result.stderr.splitlines()[-1]
     assert (

@@ -161,11 +161,13 @@ def _see_the_fleet(page: _Page, base: str, token: str, workload_id: str) -> None
     edge_a, edge_b = page.cells("nodes", "edge-a"), page.cells("nodes", "edge-b")
     assert edge_a[2] == "Ready" and edge_a[4] == "mains", edge_a
     assert edge_b[4] == "battery" and "35 %" in edge_b[5], edge_b
-    assert "A100" in edge_a[11] and "MIG 3g.20gb, 1g.5gb" in edge_a[11], edge_a
+    assert edge_a[7] == "shipped", edge_a  # the local-policy version it decides with
+    assert "A100" in edge_a[12] and "MIG 3g.20gb, 1g.5gb" in edge_a[12], edge_a
     # Requests are labelled as such, and what the node measured (telemetry) stands beside them.
     header = [th.text for th in page.driver.find_elements("css selector", "#nodes thead th")]
-    assert header[7:11] == ["CPU requested / cap", "CPU in use", "Memory requested / cap", "Memory in use"]
-    assert re.fullmatch(r"\d+ %", edge_a[8]) and re.fullmatch(r"[\d.]+ [KMGT]?i?B", edge_a[10]), edge_a
+    assert header[7] == "Policy"
+    assert header[8:12] == ["CPU requested / cap", "CPU in use", "Memory requested / cap", "Memory in use"]
+    assert re.fullmatch(r"\d+ %", edge_a[9]) and re.fullmatch(r"[\d.]+ [KMGT]?i?B", edge_a[11]), edge_a
 
     # The workload with its status; a click shows where it went and why.
     page.wait(lambda d: "Running" in page.cells("workloads", workload_id), "the workload Running")

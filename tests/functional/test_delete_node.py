@@ -6,43 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from harness import SecuredNats, running_agents, running_hub, secured_nats, spawn_agent, wait_for
+from harness import (
+    SecuredNats,
+    client_cli,
+    running_agents,
+    running_hub,
+    secured_nats,
+    spawn_agent,
+    wait_for,
+    write_admin_config,
+)
 
 from edgeplane_contract.credentials import new_user_seed, public_key_of
 
 from controlplane.bus.nats_auth import agent_inbox_prefix
-from controlplane.client.config import write_client_config
 from controlplane.client.tables import RESOURCES
 from controlplane.store.identities import IdentityStore
-
-
-def _cli(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", *argv],
-        cwd=cwd,
-        env={**os.environ, "HOME": str(cwd), "EDGEPLANE_CONFIG": ""},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-async def _client_config(running: Any, home: Path) -> None:
-    """The config file ``controlplane up`` writes, with an admin token, in ``home``."""
-    admin = await IdentityStore(running.hub.store).create_api_token("cli", ["admin"])
-    data_dir = home / ".edgeplane"
-    data_dir.mkdir()
-    (data_dir / "admin.token").write_text(admin.token + "\n")
-    write_client_config(data_dir, running.url, data_dir / "admin.token")
 
 
 async def _events(api: Any, kind: str) -> list[dict[str, Any]]:
@@ -69,8 +54,8 @@ async def test_a_silent_node_is_deleted_its_work_placed_again_and_a_ready_one_ne
             assert status == 409 and body["error"]["field"] == "name", body
             assert "is Ready" in body["error"]["message"] and "force" in body["error"]["message"]
             assert (await api.get(f"/v1/nodes/{gone}"))["status"] == "Ready"
-            await _client_config(running, tmp_path)
-            refused = await asyncio.to_thread(_cli, tmp_path, "delete", "node", gone)
+            await write_admin_config(running, tmp_path)
+            refused = await asyncio.to_thread(client_cli, tmp_path, "delete", "node", gone)
             assert refused.returncode != 0 and "is Ready" in refused.stderr, refused
             # Unknown: 404; a token without the nodes scope: 403.
             status, body = await api.call("DELETE", "/v1/nodes/nobody?forget=true")
@@ -87,13 +72,13 @@ async def test_a_silent_node_is_deleted_its_work_placed_again_and_a_ready_one_ne
             await wait_for(lambda: api.get(f"/v1/nodes/{gone}"), lambda n: n["status"] == "NotReady")
             assert (await api.workload(workload_id))["placements"][0]["status"] == "Running"
 
-            deleted = await asyncio.to_thread(_cli, tmp_path, "delete", "node", gone)
+            deleted = await asyncio.to_thread(client_cli, tmp_path, "delete", "node", gone)
             assert deleted.returncode == 0, deleted.stderr
             assert deleted.stdout.strip() == f"node/{gone} deleted (1 placement(s) placed again)"
 
             status, body = await api.call("GET", f"/v1/nodes/{gone}")
             assert status == 404, body
-            listed = await asyncio.to_thread(_cli, tmp_path, "get", "nodes")
+            listed = await asyncio.to_thread(client_cli, tmp_path, "get", "nodes")
             assert [r.split()[:2] for r in listed.stdout.splitlines()[1:]] == [[stay, "Ready"]]
             # Its replica was placed again on the other node; the old attempt is Lost.
             again = await api.wait_status(workload_id, "Running")

@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import nats
 import pytest
-from harness import running_agents, running_hub, wait_for
+from harness import enrol, running_agents, running_hub, wait_for
 
 from edgeplane_contract.credentials import ensure_seed, new_user_seed, public_key_of
 from edgeplane_contract.messages import Subjects
@@ -25,7 +24,6 @@ from controlplane.bus.nats_auth import agent_inbox_prefix
 from controlplane.bus.topology import LocalTopology
 from controlplane.federation.config import ClusterConfig, FederationConfig
 from controlplane.natsd import find_nats_server
-from controlplane.store.identities import IdentityStore
 
 FEDERATION = FederationConfig(
     clusters=[ClusterConfig(name="site-a", region="r1"), ClusterConfig(name="site-b", region="r2")],
@@ -51,22 +49,6 @@ def topology(tmp_path: Path) -> Iterator[tuple[LocalTopology, str]]:
         print(f"--- {log_file.name}\n" + "\n".join(log_file.read_text(errors="replace").splitlines()[-40:]))
 
 
-async def _enrol(running: Any, name: str, cluster: str) -> tuple[str, dict[str, Any]]:
-    token = await IdentityStore(running.hub.store).create_join_token(cluster, 60.0)
-    seed = new_user_seed()
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            running.url + "/v1/join",
-            json={"token": token.token, "node": name, "public_key": public_key_of(seed)},
-            timeout=aiohttp.ClientTimeout(total=10),
-        ) as response,
-    ):
-        reply = await response.json()
-        assert response.status == 201, reply
-    return seed, reply
-
-
 def _agents(topo: LocalTopology, tmp_path: Path, name: str, cluster: str, seed: str) -> Any:
     return running_agents(
         topo.site(cluster).url,
@@ -90,8 +72,8 @@ async def test_agents_behind_leaf_nodes_enrol_register_and_run_work_across_a_nat
         nats_seed=hub_seed,
         require_enrolment=True,
     ) as (running, api):
-        seed_a, reply_a = await _enrol(running, "a1", "site-a")
-        seed_b, reply_b = await _enrol(running, "b1", "site-b")
+        seed_a, reply_a = await enrol(running, "a1", "site-a")
+        seed_b, reply_b = await enrol(running, "b1", "site-b")
         # The join answer sends each agent to its own site's leaf server.
         assert reply_a["nats_url"] == topo.site("site-a").url
         assert reply_b["nats_url"] == topo.site("site-b").url
@@ -117,7 +99,7 @@ async def test_agents_behind_leaf_nodes_enrol_register_and_run_work_across_a_nat
                 assert done["node"] == node
             # A node enrolled while that server is down: the others and its site's leaf server
             # take its key (the dead server gets its file for when it comes back), and it runs.
-            seed_b2, _ = await _enrol(running, "b2", "site-b")
+            seed_b2, _ = await enrol(running, "b2", "site-b")
             async with _agents(topo, tmp_path, "b2", "site-b", seed_b2):
                 workload = await api.post_workload(
                     {"name": "on-b2", "command": ["true"], "affinity": {"nodes": ["b2"]}}

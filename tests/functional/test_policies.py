@@ -6,21 +6,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from harness import running_hub, secured_nats
+from harness import client_cli, running_hub, secured_nats, write_admin_config
 
 from edgeplane_contract.policy.actions import N_ACTIONS, N_BINS
 from edgeplane_contract.policy.features import N_FEATURES
 from edgeplane_contract.policy.runtime import DEFAULT_MODEL_PATH
 
-from controlplane.client.config import write_client_config
 from controlplane.store.identities import IdentityStore
 
 onnx = pytest.importorskip("onnx")
@@ -167,27 +163,23 @@ async def test_policy_push_and_list_from_the_command_line(sqlite_url, tmp_path):
 
 async def _cli_session(secured: Any, sqlite_url: str, tmp_path: Path) -> None:
     async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (running, _):
-        admin = await IdentityStore(running.hub.store).create_api_token("cli", ["admin"])
-        data_dir = tmp_path / ".edgeplane"
-        data_dir.mkdir()
-        (data_dir / "admin.token").write_text(admin.token + "\n")
-        write_client_config(data_dir, running.url, data_dir / "admin.token")
+        await write_admin_config(running, tmp_path)
         (tmp_path / "bad").mkdir()
         (tmp_path / "bad" / "m.onnx").write_bytes(constant_model(64))  # always declines
         (tmp_path / "bad" / "metadata.json").write_text(json.dumps(BARE_METADATA))
 
-        pushed = await asyncio.to_thread(_cli, tmp_path, "policy", "push", str(DEFAULT_MODEL_PATH))
+        pushed = await asyncio.to_thread(client_cli, tmp_path, "policy", "push", str(DEFAULT_MODEL_PATH))
         assert pushed.returncode == 0, pushed.stderr
         assert pushed.stdout.startswith("policy v1 registered: agrees with shipped on 100.0% of 512")
-        again = await asyncio.to_thread(_cli, tmp_path, "policy", "push", str(DEFAULT_MODEL_PATH))
+        again = await asyncio.to_thread(client_cli, tmp_path, "policy", "push", str(DEFAULT_MODEL_PATH))
         assert "v1 is already registered" in again.stdout, again.stdout
-        refused = await asyncio.to_thread(_cli, tmp_path, "policy", "push", "bad/m.onnx")
+        refused = await asyncio.to_thread(client_cli, tmp_path, "policy", "push", "bad/m.onnx")
         assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
         assert "held-out decisions" in refused.stderr and "model" in refused.stderr
-        missing = await asyncio.to_thread(_cli, tmp_path, "policy", "push", "nowhere.onnx")
+        missing = await asyncio.to_thread(client_cli, tmp_path, "policy", "push", "nowhere.onnx")
         assert missing.returncode == 1 and "cannot read the model nowhere.onnx" in missing.stderr
         kept = await asyncio.to_thread(
-            _cli,
+            client_cli,
             tmp_path,
             "policy",
             "push",
@@ -199,47 +191,38 @@ async def _cli_session(secured: Any, sqlite_url: str, tmp_path: Path) -> None:
         )
         assert kept.returncode == 0 and kept.stdout.startswith("policy v2 registered"), kept.stderr
 
-        listed = await asyncio.to_thread(_cli, tmp_path, "policy", "list")
+        listed = await asyncio.to_thread(client_cli, tmp_path, "policy", "list")
         assert listed.returncode == 0, listed.stderr
         header, *rows = listed.stdout.splitlines()
         assert header.split()[:3] == ["VERSION", "STATE", "SHA256"]
         assert [r.split()[:2] for r in rows] == [["v1", "available"], ["v2", "available"]]
         assert rows[1].split()[-1] == "declines"
-        as_json = await asyncio.to_thread(_cli, tmp_path, "policy", "list", "-o", "json")
+        as_json = await asyncio.to_thread(client_cli, tmp_path, "policy", "list", "-o", "json")
         assert [p["version"] for p in json.loads(as_json.stdout)] == [1, 2]
 
         # No node is known to this hub: a rollout names what is wrong, promote and rollback work.
-        unknown = await asyncio.to_thread(_cli, tmp_path, "policy", "rollout", "v1", "--nodes", "n9")
+        unknown = await asyncio.to_thread(client_cli, tmp_path, "policy", "rollout", "v1", "--nodes", "n9")
         assert unknown.returncode == 1 and "node 'n9' is not known" in unknown.stderr, unknown.stderr
-        nobody = await asyncio.to_thread(_cli, tmp_path, "policy", "rollout", "1", "--percent", "50")
+        nobody = await asyncio.to_thread(client_cli, tmp_path, "policy", "rollout", "1", "--percent", "50")
         assert nobody.returncode == 0 and "rolled out to no node (0 changed)" in nobody.stdout, nobody.stderr
-        promoted = await asyncio.to_thread(_cli, tmp_path, "policy", "promote", "v1")
+        promoted = await asyncio.to_thread(client_cli, tmp_path, "policy", "promote", "v1")
         assert promoted.returncode == 0 and "v1 promoted" in promoted.stdout, promoted.stderr
-        back = await asyncio.to_thread(_cli, tmp_path, "policy", "rollback", "v2", "--reason", "declines")
+        back = await asyncio.to_thread(
+            client_cli, tmp_path, "policy", "rollback", "v2", "--reason", "declines"
+        )
         assert back.returncode == 0 and "v2 rolled back" in back.stdout, back.stderr
-        states = await asyncio.to_thread(_cli, tmp_path, "policy", "list")
+        states = await asyncio.to_thread(client_cli, tmp_path, "policy", "list")
         assert [r.split()[:2] for r in states.stdout.splitlines()[1:]] == [
             ["v1", "promoted"],
             ["v2", "rolled_back"],
         ]
-        bad = await asyncio.to_thread(_cli, tmp_path, "policy", "promote", "latest")
+        bad = await asyncio.to_thread(client_cli, tmp_path, "policy", "promote", "latest")
         assert bad.returncode == 1 and "'latest' is not a policy version" in bad.stderr
-        busy = await asyncio.to_thread(_cli, tmp_path, "policy", "canary", "v1")
+        busy = await asyncio.to_thread(client_cli, tmp_path, "policy", "canary", "v1")
         assert busy.returncode == 1 and "v1 is promoted: only an available version" in busy.stderr, (
             busy.stderr
         )
-        none = await asyncio.to_thread(_cli, tmp_path, "policy", "canary", "v1", "--status")
+        none = await asyncio.to_thread(client_cli, tmp_path, "policy", "canary", "v1", "--status")
         assert none.returncode == 1 and "has had no canary" in none.stderr, none.stderr
-        steps = await asyncio.to_thread(_cli, tmp_path, "policy", "canary", "v1", "--steps", "50,10")
+        steps = await asyncio.to_thread(client_cli, tmp_path, "policy", "canary", "v1", "--steps", "50,10")
         assert steps.returncode == 1 and "steps" in steps.stderr, steps.stderr
-
-
-def _cli(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "controlplane.cli", *argv],
-        cwd=cwd,
-        env={**os.environ, "HOME": str(cwd), "EDGEPLANE_CONFIG": ""},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )

@@ -13,17 +13,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import nats
 import pytest
-from harness import SecuredNats, running_agents, running_hub, secured_nats, wait_for
+from harness import SecuredNats, enrol, running_agents, running_hub, secured_nats, wait_for
 
 from edgeplane_contract.credentials import new_user_seed, public_key_of
 from edgeplane_contract.messages import PolicyAckV1, PolicyV1, Subjects, decode, encode
 from edgeplane_contract.policy.signing import sign_policy, signed_text
 
 from controlplane.bus.nats_auth import agent_inbox_prefix
-from controlplane.store.identities import IdentityStore
 
 pytest.importorskip("onnx")
 from test_policies import BARE_METADATA, FP32, METADATA, body, constant_model
@@ -39,19 +37,7 @@ def secured(tmp_path: Path) -> Any:
 
 
 async def _enrol(running: Any, name: str) -> str:
-    token = await IdentityStore(running.hub.store).create_join_token("default", 60.0)
-    seed = new_user_seed()
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            running.url + "/v1/join",
-            json={"token": token.token, "node": name, "public_key": public_key_of(seed)},
-            timeout=aiohttp.ClientTimeout(total=10),
-        ) as response,
-    ):
-        reply = await response.json()
-        assert response.status == 201, reply
-    return seed
+    return (await enrol(running, name))[0]
 
 
 @contextlib.asynccontextmanager
@@ -103,6 +89,8 @@ async def test_a_version_rolls_out_to_one_node_is_promoted_to_all_and_rolled_bac
                 "e2": (None, "onnx-int8"),
                 "e3": (None, "onnx-int8"),
             }
+            assert (await api.get("/v1/nodes/e1"))["policy_version"] == 1
+            assert (await api.get("/v1/nodes/e2"))["policy_version"] is None
             kept = tmp_path / "agents" / "e1" / "policy"
             assert json.loads((kept / "current.json").read_text()) == {"version": 1}
             assert hashlib.sha256((kept / "v1" / "model.onnx").read_bytes()).hexdigest() == v1["sha256"]
@@ -273,6 +261,8 @@ async def test_the_canary_controller_rolls_back_a_bad_version_and_promotes_a_goo
                 assert good["state"] == "promoted", good
                 assert [e["kind"] for e in good["events"]] == ["start", "step", "promote"], good["events"]
                 assert good["samples"]["canary"] >= 5 and good["samples"]["control"] >= 5
+                # The outcome guard counted finished work against its SLA (well within it here).
+                assert sum(good["outcome_samples"].values()) > 0, good
                 await wait_for(lambda: _running_on(api, 2), lambda nodes: nodes == sorted(seeds), timeout=20)
             finally:
                 stop.set()

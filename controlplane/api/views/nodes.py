@@ -55,9 +55,21 @@ class Node:
     revoked: Annotated[
         bool, {"description": "its credentials are revoked: it cannot connect until it enrols again"}
     ]
+    policy_version: Annotated[
+        int | None,
+        {"description": "the local-policy version its heartbeats report (null: the shipped model)"},
+    ]
 
     @classmethod
-    def of(cls, row: NodeRow, *, region: str, allocated: dict[str, Any], revoked: bool = False) -> Node:
+    def of(
+        cls,
+        row: NodeRow,
+        *,
+        region: str,
+        allocated: dict[str, Any],
+        revoked: bool = False,
+        policy_version: int | None = None,
+    ) -> Node:
         telemetry = row.telemetry or {}
         return cls(
             name=row.name,
@@ -77,6 +89,7 @@ class Node:
             registered_at=iso(row.registered_at),
             last_heartbeat_at=iso(row.last_heartbeat_at),
             revoked=revoked,
+            policy_version=policy_version,
         )
 
 

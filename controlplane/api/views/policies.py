@@ -117,6 +117,8 @@ class CanaryStatus:
     fraction: float
     samples: CanarySamples
     scores: CanaryGroups
+    outcome_samples: Annotated[CanarySamples, {"description": "outcomes against SLA counted (the guard)"}]
+    outcome_scores: CanaryGroups
     events: list[CanaryEvent]
     nodes: list[str]
     failure: Annotated[str, {"description": "why the controller stopped early, if it did"}]
@@ -130,6 +132,8 @@ class CanaryStatus:
             fraction=d["fraction"],
             samples=CanarySamples(**d["samples"]),
             scores=CanaryGroups(**d["scores"]),
+            outcome_samples=CanarySamples(**d["outcome_samples"]),
+            outcome_scores=CanaryGroups(**d["outcome_scores"]),
             events=[CanaryEvent(**e) for e in d["events"]],
             nodes=list(d["nodes"]),
             failure=d["failure"],

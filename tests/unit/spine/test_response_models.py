@@ -93,6 +93,8 @@ async def _samples() -> dict[type, list[Any]]:
             "version": 3,
             **controller.describe(),
             "scores": {"canary": 0.0, "control": 0.0},
+            "outcome_scores": {"canary": 0.0, "control": 0.0},
+            "outcome_samples": {"canary": 2, "control": 5},
             "nodes": ["n1"],
             "failure": "",
         }
