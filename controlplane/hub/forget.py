@@ -19,6 +19,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.errors import ConflictError, NotFoundError
@@ -27,7 +28,7 @@ from controlplane.hub.placement import Placer
 from controlplane.hub.registry import NodeRegistry
 from controlplane.hub.workloads import PlacementBook
 from controlplane.store import queries
-from controlplane.store.models import NodeCredentialRow, NodeRow
+from controlplane.store.models import NodeCredentialRow, NodeRow, PolicyAssignmentRow
 from controlplane.store.store import Store
 
 __all__ = ["ForgetHost", "ForgottenNode", "commit_forget", "forget_node"]
@@ -99,6 +100,8 @@ async def forget_node(hub: ForgetHost, s: AsyncSession, name: str, *, force: boo
     cluster = row.cluster if row is not None else (cred.cluster if cred is not None else "")
     if row is not None:
         await s.delete(row)
+    # Its canary assignment goes with it: a node enrolled later under the name starts afresh.
+    await s.execute(delete(PolicyAssignmentRow).where(PolicyAssignmentRow.node == name))
     forgotten = ForgottenNode(
         name=name,
         cluster=cluster,

@@ -22,11 +22,14 @@ from harness import (
     wait_for,
     write_admin_config,
 )
+from test_policies import FP32, METADATA
+from test_policies import body as policy_body
 
 from edgeplane_contract.credentials import new_user_seed, public_key_of
 
 from controlplane.bus.nats_auth import agent_inbox_prefix
 from controlplane.client.tables import RESOURCES
+from controlplane.policies.registry import PolicyRegistry
 from controlplane.store.identities import IdentityStore
 
 
@@ -137,6 +140,11 @@ async def test_a_revoked_node_shows_revoked_and_once_deleted_joins_afresh(
         async with running_agents(secured.url, tmp_path, ["edge-1"], nats_seed=seed, inbox_prefix=inbox):
             node = await api.get("/v1/nodes/edge-1")
             assert (node["status"], node["revoked"]) == ("Ready", False)
+            # A canary assignment, which must not outlive the node.
+            registry = PolicyRegistry(running.hub.store)
+            await api.call("POST", "/v1/policies", {**policy_body(FP32, METADATA)})
+            status, _ = await api.call("POST", "/v1/policies/1/rollout", {"nodes": ["edge-1"]})
+            assert status == 200 and await registry.assignments() == {"edge-1": 1}
             status, _ = await api.call("DELETE", "/v1/nodes/edge-1")  # revoke only
             assert status == 202
             node = await wait_for(lambda: api.get("/v1/nodes/edge-1"), lambda n: n["status"] == "NotReady")
@@ -148,6 +156,7 @@ async def test_a_revoked_node_shows_revoked_and_once_deleted_joins_afresh(
             assert status == 200, body
             assert (body["status"], body["forced"], body["credentials_revoked"]) == ("NotReady", False, False)
             assert await api.nodes() == []
+            assert await registry.assignments() == {}  # a node enrolled later under the name starts afresh
             # Deleted for good: a second delete finds nothing, the agent does not come back.
             status, _ = await api.call("DELETE", "/v1/nodes/edge-1?forget=true")
             assert status == 404
