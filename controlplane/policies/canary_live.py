@@ -94,30 +94,25 @@ class LiveCanary:
     def _t(self) -> float:
         return self.clock() - self.started
 
-    def observe(self, live: NodeLive, regret: float) -> None:
-        if self.controller.state != "canary":
-            return
-        group: Group
+    def _group(self, live: NodeLive | None) -> Group | None:
+        """The group a node's sample counts in while the canary runs (None: not counted): canary
+        while its heartbeats say it runs the version, control while it runs another, neither
+        while it is told to run it and not there yet."""
+        if self.controller.state != "canary" or live is None:
+            return None
         if live.policy_version == self.version:
-            group = "canary"
-        elif live.name in self.nodes:
-            return  # told to run it, not there yet
-        else:
-            group = "control"
-        self.controller.observe(group, regret, self._t())
+            return "canary"
+        return None if live.name in self.nodes else "control"
+
+    def observe(self, live: NodeLive, regret: float) -> None:
+        group = self._group(live)
+        if group is not None:
+            self.controller.observe(group, regret, self._t())
 
     def observe_outcome(self, node: str, value: float) -> None:
-        live = self.hub.nodes.get(node)
-        if self.controller.state != "canary" or live is None:
-            return
-        group: Group
-        if live.policy_version == self.version:
-            group = "canary"
-        elif node in self.nodes:
-            return
-        else:
-            group = "control"
-        self.outcomes.observe(group, value, self._t())
+        group = self._group(self.hub.nodes.get(node))
+        if group is not None:
+            self.outcomes.observe(group, value, self._t())
 
     async def tick(self) -> None:
         """Let the controller judge on the clock, and act on what it decided since the last tick."""
