@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from sqlalchemy import delete, select, update
+from sqlalchemy.orm import defer
 
 from edgeplane_contract.policy.runtime import LocalPolicy
 
@@ -113,8 +114,12 @@ class PolicyRegistry:
             return found
 
     async def versions(self) -> list[PolicyRow]:
+        """Every version, oldest first, without the models' bytes (what a list shows)."""
         async with self.store.session() as session:
-            return list(await session.scalars(select(PolicyRow).order_by(PolicyRow.version)))
+            query = (
+                select(PolicyRow).options(defer(PolicyRow.model, raiseload=True)).order_by(PolicyRow.version)
+            )
+            return list(await session.scalars(query))
 
     async def get(self, version: int) -> PolicyRow:
         async with self.store.session() as session:
@@ -140,9 +145,11 @@ class PolicyRegistry:
             return {node: version for node, version in rows}
 
     async def desired(self) -> tuple[dict[str, int], int | None]:
-        """(the assignments, the promoted version): what every node should run."""
-        promoted = await self.promoted()
-        return await self.assignments(), promoted.version if promoted is not None else None
+        """(the assignments, the promoted version): what every node should run. Read every pass
+        of the distributor: the version numbers only, not the models' bytes."""
+        async with self.store.session() as session:
+            promoted = await session.scalar(select(PolicyRow.version).where(PolicyRow.state == "promoted"))
+        return await self.assignments(), promoted
 
     async def assign(self, version: int, nodes: list[str], *, by: str) -> list[str]:
         """Tell ``nodes`` to run ``version`` (a canary); the nodes whose assignment changed."""
