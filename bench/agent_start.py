@@ -8,14 +8,16 @@ between them (a lone POST after an idle spell pays what a burst does not: see be
 with the floor, a bare ``asyncio.create_subprocess_exec("true")``. Usage:
 
     python bench/agent_start.py [--starts 50] [--gap-ms 200] [--ballast-mb 80] [--bid-lead-ms 15]
-        [--json out.json]
+        [--spawner both|agent|spawner] [--json out.json]
 
-Printed per start (ms): ``prepare`` (work dir, gid, unit groups, CPU group), ``spawn`` (the rest
-of :func:`start_process`, mainly the Popen with the child's setup: fork, joining the cgroups,
-limits, the uid drop, no_new_privs, seccomp, exec), ``total``, ``loop_held_ms`` (the longest the
-agent's event loop went without a turn meanwhile: the Popen runs in a worker thread,
-``edge_agent/spawn.py``, so it is a few ms, not the whole start); p50/p99 and the ratio of the
-total to the floor.
+Printed per start (ms), for each path (``--spawner both``, the default, alternates them start by
+start: ``agent`` forks the unit itself, ``spawner`` asks the unit spawner, a small process of the
+agent's, to fork it: ``edge_agent/spawner.py``): ``prepare`` (work dir, gid, unit groups, CPU
+group), ``spawn`` (the rest of :func:`start_process`, mainly the Popen with the child's setup:
+fork, joining the cgroups, limits, the uid drop, no_new_privs, seccomp, exec), ``total``,
+``loop_held_ms`` (the longest the agent's event loop went without a turn meanwhile: a Popen runs
+in a worker thread, ``edge_agent/spawn.py``, so it is a few ms, not the whole start); p50/p99, the
+ratio of the total to the floor and, with both paths, of the spawner's to the agent's.
 
 ``--ballast-mb`` grows this process like an agent's heap: a ``preexec_fn`` forces ``fork``
 (not ``vfork``), whose cost grows with the parent's memory. The cgroup line says whether moving
@@ -108,20 +110,24 @@ async def main() -> int:
         help="for every other start, how long before it the agent's cgroup primer is told a start is "
         "likely (as an accepted bid does; edge_agent/cgroup_primer.py)",
     )
+    parser.add_argument(
+        "--spawner",
+        choices=["both", "agent", "spawner"],
+        default="both",
+        help="who forks: the agent itself, the unit spawner (edge_agent/spawner.py), or both interleaved",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     ballast = bytearray(args.ballast_mb * 2**20)
     for offset in range(0, len(ballast), 4096):  # touch every page: fork copies page tables
         ballast[offset] = 1
-    rows: dict[str, list[float]] = {
-        "prepare_ms": [],
-        "spawn_ms": [],
-        "total_ms": [],
-        "spawn_primed_ms": [],
-        "total_primed_ms": [],
-        "loop_held_ms": [],
-        "floor_ms": [],
-    }
+    paths = ["agent", "spawner"] if args.spawner == "both" else [args.spawner]
+    rows: dict[str, list[float]] = {"prepare_ms": [], "floor_ms": []}
+    for path in paths:
+        for suffix in ("", "_primed"):
+            rows[f"{path}_spawn{suffix}_ms"] = []
+            rows[f"{path}_total{suffix}_ms"] = []
+        rows[f"{path}_loop_held_ms"] = []
     with tempfile.TemporaryDirectory(prefix="agent-start-") as tmp:
         node = f"bench-start-{os.getpid()}"
         work_dir = Path(tmp) / "agent"
@@ -129,12 +135,22 @@ async def main() -> int:
         confinement = Confinement.detect(node=node, work_dir=work_dir, pids_max=512)
         primer = CgroupPrimer.detect(confinement.groups)
         log_path = work_dir / "out.log"
+        spawner = None
+        if "spawner" in paths:
+            await confinement.start_spawner()
+            spawner = confinement.spawner
+            if spawner is None:
+                print("the unit spawner did not start", file=sys.stderr)
+                return 1
         try:
             await _floor_once()  # warm the event loop's child watcher
             for i in range(args.starts):
+                # Interleaved: the path alternates every start, priming every other pair.
+                path = paths[i % len(paths)]
+                confinement.spawner = spawner if path == "spawner" else None
                 await asyncio.sleep(args.gap_ms / 1000)
                 rows["floor_ms"].append(await _floor_once())
-                primed = i % 2 == 1 and primer.enabled
+                primed = (i // len(paths)) % 2 == 1 and primer.enabled
                 if primed:
                     await asyncio.sleep(max(0.0, args.gap_ms - args.bid_lead_ms) / 1000)
                     primer.expect_start()
@@ -155,19 +171,21 @@ async def main() -> int:
                 )
                 done = time.perf_counter()
                 stop.set()
-                rows["loop_held_ms"].append(await ticks)
+                rows[f"{path}_loop_held_ms"].append(await ticks)
                 if error is not None or entry.process is None:
                     print(f"start {i} failed: {error}", file=sys.stderr)
                     return 1
                 rows["prepare_ms"].append((prepared - began) * 1000)
                 suffix = "_primed" if primed else ""
-                rows[f"spawn{suffix}_ms"].append((done - prepared) * 1000)
-                rows[f"total{suffix}_ms"].append((done - began) * 1000)
+                rows[f"{path}_spawn{suffix}_ms"].append((done - prepared) * 1000)
+                rows[f"{path}_total{suffix}_ms"].append((done - began) * 1000)
                 await entry.process.wait()
                 await confinement.kill(entry.sandbox, entry.process)
                 confinement.close(entry.sandbox)
                 limiter.release(state.placement_id)
         finally:
+            confinement.spawner = spawner
+            await confinement.stop_spawner()
             confinement.shutdown()
             limiter.close()
     floor = statistics.median(rows["floor_ms"])
@@ -178,17 +196,24 @@ async def main() -> int:
     )
     print(f"isolation: {', '.join(f'{k}={v}' for k, v in confinement.report.items())}")
     for key, value in summary.items():
-        print(f"  {key:15s} p50 {value['p50']:7.2f}  p99 {value['p99']:7.2f}")
-    print(f"  total/floor (p50): {summary['total_ms']['p50'] / floor:.1f}x")
-    if "total_primed_ms" in summary:
-        primed_p50 = summary["total_primed_ms"]["p50"]
-        print(
-            f"  primed {args.bid_lead_ms:.0f} ms ahead: total p50 {primed_p50:.2f} ms, "
-            f"{primed_p50 / summary['total_ms']['p50']:.2f}x the unprimed, "
-            f"{primed_p50 / floor:.1f}x the floor"
-        )
-    else:
-        print("  primer: off here (units get no cgroups, or the agent's own group is not writable)")
+        print(f"  {key:28s} p50 {value['p50']:7.2f}  p99 {value['p99']:7.2f}")
+    for path in paths:
+        total = summary[f"{path}_total_ms"]["p50"]
+        print(f"  {path}: total/floor (p50) {total / floor:.1f}x", end="")
+        if f"{path}_total_primed_ms" in summary:
+            primed_p50 = summary[f"{path}_total_primed_ms"]["p50"]
+            print(
+                f"; primed {args.bid_lead_ms:.0f} ms ahead: total p50 {primed_p50:.2f} ms, "
+                f"{primed_p50 / total:.2f}x the unprimed, {primed_p50 / floor:.1f}x the floor"
+            )
+        else:
+            print("; primer off here (units get no cgroups, or the agent's own group is not writable)")
+    if len(paths) == 2:
+        for suffix in ("", "_primed"):
+            key = f"total{suffix}_ms"
+            if f"agent_{key}" in summary and f"spawner_{key}" in summary:
+                ratio = summary[f"spawner_{key}"]["p50"] / summary[f"agent_{key}"]["p50"]
+                print(f"  spawner/agent, {key} p50: {ratio:.2f}x")
     if args.json:
         args.json.write_text(
             json.dumps(

@@ -286,6 +286,8 @@ class Agent:
         self._stop.set()
 
     async def run(self) -> None:
+        if self.config.unit_spawner:  # units started before it is up wait for it (resumed work)
+            self.confinement.begin_spawner()
         if self.config.local_policy:
             # The version the hub last installed here, if it still loads; else the shipped model.
             policy, version = load_current(self.policy_updates.policy_dir, self.config.policy_model)
@@ -351,6 +353,7 @@ class Agent:
         await stop_task(self._load_task)  # after the placements: their ends still read the load
         self.runner.cpu_limiter.close()
         await self.functions.close()
+        await self.confinement.stop_spawner()
         self.confinement.shutdown()
         await self.link.close()
         close = getattr(self.gpus, "close", None)

@@ -8,9 +8,10 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MINIMAL_PATH", "build_env", "child_setup", "prctl_available"]
+__all__ = ["MINIMAL_PATH", "ChildSetup", "build_env", "child_setup", "prctl_available"]
 
 MINIMAL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -44,6 +45,42 @@ def build_env(own: Mapping[str, str], *, home: str, edgeplane: Mapping[str, str]
     env.update(own)
     env.update(edgeplane)
     return env
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSetup:
+    """What :func:`child_setup` applies to one unit, as data: the agent builds it, and either
+    forks the unit itself (:meth:`preexec`) or sends it to the unit spawner
+    (:mod:`edge_agent.spawner`), which applies the same function in its own child."""
+
+    procs: tuple[str, ...]
+    memory_bytes: int | None
+    uid: int | None
+    gid: int | None
+    no_new_privs: bool
+    seccomp: bool  # load the units' seccomp filter (built where the fork happens)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "procs": list(self.procs),
+            "memory_bytes": self.memory_bytes,
+            "uid": self.uid,
+            "gid": self.gid,
+            "no_new_privs": self.no_new_privs,
+            "seccomp": self.seccomp,
+        }
+
+    def preexec(self, seccomp: Callable[[], None] | None) -> Callable[[], None]:
+        """The ``preexec_fn`` of a unit forked by the calling process (its parent is this one)."""
+        return child_setup(
+            procs=self.procs,
+            memory_bytes=self.memory_bytes,
+            uid=self.uid,
+            gid=self.gid,
+            parent_pid=os.getpid(),
+            no_new_privs=self.no_new_privs,
+            seccomp=seccomp if self.seccomp else None,
+        )
 
 
 def child_setup(

@@ -28,6 +28,7 @@ File keys (all optional except where the CLI does not give them)::
     cgroup_root: ""            # a cgroup v2 directory delegated to the agent (Delegate=yes)
     run_as: edgeplane-run      # user code runs as this user when the agent is root ("" or agent: as root)
     pids_max: 512              # processes per workload or function instance (cgroup pids controller)
+    unit_spawner: true         # placements forked by a small process of the agent's (false: by the agent)
     metrics_listen: 127.0.0.1:9101  # serve Prometheus /metrics here (default: off; PORT alone: loopback)
     log_max_bytes: 16Mi        # a log over this keeps its newest half (workloads' output, functions' stderr)
     log_retention_s: 604800    # logs of ended work are deleted this long after their last write
@@ -99,6 +100,10 @@ class AgentConfig:
     # "agent": as the agent's own user, an explicit opt-out.
     run_as: str = "edgeplane-run"
     pids_max: int = 512  # processes per workload or function instance, where a pids cgroup exists
+    # Placements' processes are forked by a small process of the agent's (edge_agent/spawner.py),
+    # not by the agent with its heap: a start costs a fraction of the CPU and latency. False: the
+    # agent forks them itself (also what it does where the spawner cannot start).
+    unit_spawner: bool = True
     metrics_listen: tuple[str, int] | None = None  # (host, port) of /metrics; None: not served
     log_max_bytes: int = 16 * 2**20  # edge_agent/logs.py
     log_retention_s: float = 7 * 86400.0
@@ -141,6 +146,7 @@ _KEYS = {
     "cgroup_root",
     "run_as",
     "pids_max",
+    "unit_spawner",
     "metrics_listen",
     "log_max_bytes",
     "log_retention_s",
@@ -291,6 +297,10 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
     if isinstance(pids_max, bool) or not isinstance(pids_max, int) or not 16 <= pids_max <= 4_194_304:
         raise fail("pids_max", "must be an integer between 16 and 4194304")
     cfg.pids_max = pids_max
+    unit_spawner = data.get("unit_spawner", True)
+    if not isinstance(unit_spawner, bool):
+        raise fail("unit_spawner", "must be true or false")
+    cfg.unit_spawner = unit_spawner
     model = data.get("policy_model")
     if model is not None and not isinstance(model, str):
         raise fail("policy_model", "must be a path to an .onnx file")

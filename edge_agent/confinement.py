@@ -38,12 +38,15 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
-from edge_agent.child_process import MINIMAL_PATH, build_env, child_setup, prctl_available
+from edge_agent.child_process import MINIMAL_PATH, ChildSetup, build_env, child_setup, prctl_available
 from edge_agent.private_groups import PRIVATE_GIDS, GroupPool, gids_mapped
 from edge_agent.run_user import (
     AGENT_USER,
@@ -57,7 +60,8 @@ from edge_agent.run_user import (
 )
 from edge_agent.seccomp_filter import UnitFilter
 from edge_agent.seccomp_filter import detect as detect_seccomp
-from edge_agent.spawn import ProcessHandle
+from edge_agent.spawn import ProcessHandle, spawn
+from edge_agent.spawner import UnitSpawner
 from edge_agent.unit_groups import UnitGroups, detect_unit_groups
 
 __all__ = [
@@ -85,6 +89,7 @@ SANDBOX_FALLBACK = Path("/var/lib/edgeplane/sandboxes")
 # The function worker (stdlib only), installed as a script where the run user can read it.
 WORKER_SOURCE = Path(__file__).resolve().parent / "functions" / "worker.py"
 RUNTIME_DIR = ".runtime"  # in the sandbox root; unit names cannot start with a dot
+SPAWNER_RETRY_S = 30.0  # a unit spawner that died or did not start is tried again this often
 _UNIT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -180,6 +185,12 @@ class Confinement:
             seccomp=seccomp_state or ("yes" if seccomp is not None else "none (not requested)"),
         )
         self.seccomp = seccomp
+        # Forks units' processes instead of the agent once started (start_spawner); None: the agent.
+        self.spawner: UnitSpawner | None = None
+        self._spawner_wanted = False
+        self._spawner_retry_at = 0.0
+        self._spawner_task: asyncio.Task[None] | None = None
+        self.report["spawner"] = "agent"
         self._agent_uid = os.geteuid()
         self._make_dir(sandbox_root, 0o711 if run_user.drops else 0o700)
 
@@ -337,19 +348,94 @@ class Confinement:
             own, home=str(sandbox.home), edgeplane={**edgeplane, "EDGEPLANE_WORK_DIR": str(sandbox.home)}
         )
 
-    def preexec(
+    def setup(
         self, sandbox: Sandbox, *, memory_bytes: int | None, extra_procs: Sequence[Path] = ()
-    ) -> Callable[[], None]:
-        """The child's ``preexec_fn``: its cgroups (``extra_procs``: the CPU quota's), its limits,
-        then the unprivileged user."""
-        return child_setup(
-            procs=[str(p) for p in [*extra_procs, *sandbox.procs]],
+    ) -> ChildSetup:
+        """What the child applies before its exec: its cgroups (``extra_procs``: the CPU
+        quota's), its limits, then the unprivileged user, no_new_privs and seccomp."""
+        return ChildSetup(
+            procs=tuple(str(p) for p in [*extra_procs, *sandbox.procs]),
             memory_bytes=memory_bytes,
             uid=self.run_user.uid,
             gid=sandbox.gid if self.run_user.drops else None,
-            parent_pid=os.getpid(),
             no_new_privs=self.no_new_privs,
-            seccomp=self.seccomp.load if self.seccomp is not None else None,
+            seccomp=self.seccomp is not None,
+        )
+
+    def preexec(
+        self, sandbox: Sandbox, *, memory_bytes: int | None, extra_procs: Sequence[Path] = ()
+    ) -> Callable[[], None]:
+        """The child's ``preexec_fn`` when the agent forks the unit itself."""
+        setup = self.setup(sandbox, memory_bytes=memory_bytes, extra_procs=extra_procs)
+        return setup.preexec(self.seccomp.load if self.seccomp is not None else None)
+
+    async def start_spawner(self) -> None:
+        """Start the unit spawner (:mod:`edge_agent.spawner`); where it cannot start, the agent
+        forks units itself and says why once."""
+        if self.spawner is not None and self.spawner.alive:
+            return
+        self._spawner_wanted = True
+        self._spawner_retry_at = time.monotonic() + SPAWNER_RETRY_S
+        try:
+            self.spawner = await UnitSpawner.start(seccomp=self.seccomp is not None)
+        except (OSError, TimeoutError) as exc:
+            self.spawner = None
+            log.warning("unit spawner not started (%s): the agent forks units itself", exc)
+            self.report["spawner"] = "agent"
+        else:
+            self.report["spawner"] = "fork-server"
+
+    def begin_spawner(self) -> None:
+        """Start the unit spawner in the background (the agent's start does not wait for it); a
+        unit started meanwhile waits for it (:meth:`launch`)."""
+        self._spawner_wanted = True
+        self.report["spawner"] = "fork-server"  # as intended; "agent" again if it cannot start
+        self._spawner_task = asyncio.create_task(self.start_spawner(), name="unit-spawner")
+
+    async def stop_spawner(self) -> None:
+        self._spawner_wanted = False
+        if self._spawner_task is not None:
+            await self._spawner_task  # bounded: UnitSpawner.start's own timeout
+            self._spawner_task = None
+        if self.spawner is not None:
+            spawner, self.spawner = self.spawner, None
+            await spawner.close()
+
+    async def launch(
+        self,
+        argv: Sequence[str],
+        *,
+        sandbox: Sandbox,
+        stdout: BinaryIO,
+        env: Mapping[str, str],
+        memory_bytes: int | None,
+        extra_procs: Sequence[Path] = (),
+    ) -> ProcessHandle:
+        """Start a unit's process confined (stdout and stderr to ``stdout``): through the unit
+        spawner while it runs, else forked by the agent off its loop (:func:`spawn`). Raises what
+        ``Popen`` raises (OSError, SubprocessError, ValueError)."""
+        setup = self.setup(sandbox, memory_bytes=memory_bytes, extra_procs=extra_procs)
+        if self._spawner_task is not None and not self._spawner_task.done():
+            await asyncio.shield(self._spawner_task)
+        if (
+            self._spawner_wanted
+            and (self.spawner is None or not self.spawner.alive)
+            and time.monotonic() >= self._spawner_retry_at
+        ):
+            await self.start_spawner()  # it died (or never started): once more, at most every 30 s
+        if self.spawner is not None and self.spawner.alive:
+            return await self.spawner.spawn(
+                argv, stdout=stdout.fileno(), cwd=str(sandbox.home), env=env, setup=setup
+            )
+        return await spawn(
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            cwd=str(sandbox.home),
+            env=env,
+            start_new_session=True,
+            preexec_fn=setup.preexec(self.seccomp.load if self.seccomp is not None else None),
         )
 
     async def stop(self, sandbox: Sandbox, process: ProcessHandle, *, grace_s: float) -> None:

@@ -13,7 +13,7 @@ from edgeplane_contract.messages import PlacementState, RunSpec
 
 from edge_agent.cgroups import CpuLimiter
 from edge_agent.confinement import Confinement, Sandbox
-from edge_agent.spawn import ProcessHandle, spawn
+from edge_agent.spawn import ProcessHandle
 
 __all__ = ["RunningPlacement", "start_process"]
 
@@ -77,18 +77,14 @@ async def start_process(
         with log_path.open("ab") as log_file:
             if not state.restarts:
                 log_file.truncate(0)
-            # Off the loop: the fork, the child's setup and the exec take 20-30 ms (edge_agent/spawn.py).
-            entry.process = await spawn(
-                *spec.command,
-                stdin=subprocess.DEVNULL,
+            # Forked by the unit spawner, else by the agent off its loop (Confinement.launch).
+            entry.process = await confinement.launch(
+                spec.command,
+                sandbox=sandbox,
                 stdout=log_file,
-                stderr=subprocess.STDOUT,
-                cwd=str(sandbox.home),
                 env=env,
-                start_new_session=True,
-                preexec_fn=confinement.preexec(
-                    sandbox, memory_bytes=entry.memory, extra_procs=[procs] if procs else []
-                ),
+                memory_bytes=entry.memory,
+                extra_procs=[procs] if procs else [],
             )
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         entry.process = None

@@ -90,8 +90,9 @@ class UnitFilter:
         self.context.load()
 
 
-def _build() -> UnitFilter:
-    """The filter (raises ImportError, RuntimeError or OSError where it cannot be built)."""
+def build_filter() -> UnitFilter:
+    """The filter (raises ImportError, RuntimeError or OSError where it cannot be built); the
+    unit spawner (:mod:`edge_agent.spawner_process`) builds its own copy with it."""
     import pyseccomp as seccomp  # RuntimeError when libseccomp itself is missing
 
     context = seccomp.SyscallFilter(seccomp.ALLOW)
@@ -152,7 +153,7 @@ def detect() -> tuple[UnitFilter | None, str]:
     if not sys.platform.startswith("linux"):
         return None, "none (not Linux)"
     try:
-        unit_filter = _build()
+        unit_filter = build_filter()
     except ImportError:
         return None, "none (pyseccomp not installed)"
     except RuntimeError:  # pyseccomp raises it at import when libseccomp.so is missing

@@ -227,6 +227,8 @@ async def test_an_answer_sent_while_the_hubs_connection_was_down_is_asked_for_wh
 async def _running_async_invocation(api, source: str, event: int) -> str:
     """Register ``source`` as function "slow", invoke it asynchronously and wait until it runs on
     the agent; the invocation's path."""
+    # The agents were started before this hub: an invocation before one registers finds no node.
+    await wait_for(api.nodes, lambda nodes: bool(nodes) and all(n["status"] == "Ready" for n in nodes))
     body = {"name": "slow", "source": source, "handler": "handle", "timeout_s": 30}
     assert (await api.call("POST", "/v1/functions", body))[0] == 201
     status, queued = await api.call("POST", "/v1/functions/slow/invoke?async=1", event)

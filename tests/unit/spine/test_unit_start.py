@@ -39,7 +39,8 @@ async def _finished(runner: ProcessRunner, placement_id: str, timeout_s: float =
     raise AssertionError(f"placement {placement_id} still Running after {timeout_s} s")
 
 
-async def test_the_units_first_instruction_already_runs_in_its_groups_as_the_run_user(tmp_path):
+@pytest.mark.parametrize("forker", ["agent", "spawner"])
+async def test_the_units_first_instruction_already_runs_in_its_groups_as_the_run_user(tmp_path, forker):
     if os.geteuid() != 0:
         pytest.skip("the agent is not root here: no run user, no cgroups to join")
     node = f"test-start-{os.getpid()}"
@@ -50,6 +51,9 @@ async def test_the_units_first_instruction_already_runs_in_its_groups_as_the_run
     runner = ProcessRunner(
         work_dir=tmp_path / "agent", on_change=lambda s: None, cpu_limiter=limiter, confinement=confinement
     )
+    if forker == "spawner":  # the unit spawner forks it (edge_agent/spawner.py), as agents do by default
+        await confinement.start_spawner()
+        assert confinement.spawner is not None and confinement.report["spawner"] == "fork-server"
     try:
         await runner.start("first-p", "first-w", RunSpec(command=["sh", "-c", PROBE], cpu=0.5))
         entry = runner.placements["first-p"]
@@ -60,6 +64,7 @@ async def test_the_units_first_instruction_already_runs_in_its_groups_as_the_run
         lines = (tmp_path / "agent" / "logs" / "first-p.log").read_text().splitlines()
     finally:
         await runner.stop_all()
+        await confinement.stop_spawner()
         confinement.shutdown()
         limiter.close()
     groups = {line.split(":", 2)[1]: line.split(":", 2)[2] for line in lines if line.startswith("cgroup ")}

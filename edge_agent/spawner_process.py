@@ -1,0 +1,202 @@
+"""The unit spawner's own program: a small, single-threaded process that forks units' processes.
+
+The agent is a large, multi-threaded process (its heap, onnxruntime, NATS, SQLite): a fork of it
+costs milliseconds of page-table copying and copy-on-write faults after, 4-5 ms per start on the
+development machine against 0.35 ms for a small process (``bench/agent_start.py``). The agent
+therefore starts this program once (:class:`edge_agent.spawner.UnitSpawner`) and asks it over a
+socket pair to start each unit. Each start is an ordinary :class:`subprocess.Popen` here with the
+same child setup as the direct path (:func:`edge_agent.child_process.child_setup`: cgroups,
+limits, the uid drop, ``PR_SET_PDEATHSIG`` towards this process, no_new_privs, seccomp), so the
+two paths differ only in who forks.
+
+Protocol (frames of a 4-byte big-endian length and a JSON object, both ways):
+
+* agent -> spawner ``{"op": "start", "id", "argv", "env", "cwd", "setup": {...}}`` with the
+  unit's stdout file descriptor attached (``SCM_RIGHTS``); stderr goes to the same file.
+* spawner -> agent ``{"op": "ready", "pid"}`` once, then per start ``{"op": "started", "id",
+  "pid"}`` or ``{"op": "failed", "id", "errno", "message"}``, and ``{"op": "exited", "pid",
+  "code"}`` when a started process ends (``code`` as ``Popen.returncode``: negative for a signal).
+
+This process dies with the agent (``PR_SET_PDEATHSIG``), and the units it started die with it
+(theirs points here): the same as units forked by the agent itself. It exits when the agent
+closes the socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from typing import Any
+
+HEADER = struct.Struct("!I")
+MAX_FRAME = 64 * 2**20  # a start carries the unit's argv and env (the hub bounds a spec far below)
+MAX_FDS = 8
+
+
+def encode_frame(message: dict[str, Any]) -> bytes:
+    body = json.dumps(message, separators=(",", ":")).encode()
+    return HEADER.pack(len(body)) + body
+
+
+class FrameReader:
+    """Splits a byte stream into frames (JSON objects); raises ValueError on a bad frame."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        self._buffer += data
+        frames = []
+        while len(self._buffer) >= HEADER.size:
+            (length,) = HEADER.unpack_from(self._buffer)
+            if length > MAX_FRAME:
+                raise ValueError(f"frame of {length} bytes")
+            if len(self._buffer) < HEADER.size + length:
+                break
+            body = bytes(self._buffer[HEADER.size : HEADER.size + length])
+            del self._buffer[: HEADER.size + length]
+            message = json.loads(body)
+            if not isinstance(message, dict):
+                raise ValueError("a frame that is not an object")
+            frames.append(message)
+        return frames
+
+
+class Spawner:
+    """The server loop: starts from the socket, exits reaped on SIGCHLD."""
+
+    def __init__(self, sock: socket.socket, *, seccomp: Any) -> None:
+        self.sock = sock
+        self.seccomp = seccomp  # a built filter (UnitFilter) or None
+        self.children: dict[int, subprocess.Popen[bytes]] = {}
+        self.fds: list[int] = []
+        self.reader = FrameReader()
+        self.selector = selectors.DefaultSelector()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(encode_frame(message))
+
+    def run(self) -> None:
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the selector through the fd
+        self.selector.register(self.sock, selectors.EVENT_READ, "sock")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "chld")
+        self.send({"op": "ready", "pid": os.getpid()})
+        while True:
+            for key, _ in self.selector.select():
+                if key.data == "chld":
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(self.wake_r, 512):
+                            pass
+                    self.reap()
+                elif not self.read():
+                    return
+
+    def read(self) -> bool:
+        """Handle what the agent sent; False once it closed the socket."""
+        try:
+            data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, MAX_FDS)
+        except InterruptedError:
+            return True
+        self.fds.extend(fds)
+        if not data:
+            return False
+        for message in self.reader.feed(data):
+            if message.get("op") == "start":
+                self.start(message)
+        self.reap()  # a child that exited before its start was answered
+        return True
+
+    def start(self, message: dict[str, Any]) -> None:
+        from edge_agent.child_process import child_setup
+
+        start_id = message.get("id")
+        stdout = self.fds.pop(0) if self.fds else None
+        try:
+            if stdout is None:
+                raise OSError(0, "no output file descriptor came with the start")
+            setup = message["setup"]
+            popen = subprocess.Popen(
+                message["argv"],
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=subprocess.STDOUT,
+                cwd=message["cwd"],
+                env=message["env"],
+                start_new_session=True,
+                preexec_fn=child_setup(
+                    procs=setup["procs"],
+                    memory_bytes=setup["memory_bytes"],
+                    uid=setup["uid"],
+                    gid=setup["gid"],
+                    parent_pid=os.getpid(),
+                    no_new_privs=setup["no_new_privs"],
+                    seccomp=self.seccomp.load if self.seccomp is not None and setup["seccomp"] else None,
+                ),
+            )
+        except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as exc:
+            number = exc.errno if isinstance(exc, OSError) else 0
+            text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            self.send({"op": "failed", "id": start_id, "errno": number or 0, "message": text})
+        else:
+            self.children[popen.pid] = popen
+            self.send({"op": "started", "id": start_id, "pid": popen.pid})
+        finally:
+            if stdout is not None:
+                os.close(stdout)
+
+    def reap(self) -> None:
+        """Every exited child's code to the agent (only ours: Popen's own table stays empty)."""
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            popen = self.children.pop(pid, None)
+            code = os.waitstatus_to_exitcode(status)
+            if popen is not None:
+                popen.returncode = code  # reaped here: Popen must not wait for it again
+                self.send({"op": "exited", "pid": pid, "code": code})
+
+
+def _die_with(parent_pid: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    zero = ctypes.c_ulong(0)
+    libc.prctl(1, ctypes.c_ulong(signal.SIGKILL), zero, zero, zero)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
+def main(argv: list[str]) -> int:
+    """``spawner_process SOCKET_FD AGENT_PID SECCOMP(0|1)``."""
+    sock_fd, agent_pid, seccomp_wanted = int(argv[0]), int(argv[1]), argv[2] == "1"
+    _die_with(agent_pid)
+    sock = socket.socket(fileno=sock_fd)
+    unit_filter = None
+    if seccomp_wanted:
+        from edge_agent.seccomp_filter import build_filter
+
+        unit_filter = build_filter()  # raises where it cannot: the agent then forks units itself
+    try:
+        Spawner(sock, seccomp=unit_filter).run()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the agent went away
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
