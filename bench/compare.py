@@ -77,6 +77,7 @@ BENCHES = (
             Metric("burst: POSTs accepted (s)", ("accepted_s",)),
             Metric("burst: drained workloads/s", ("drained_per_s",), higher_is_better=True),
             Metric("burst: hub CPU ms/workload", ("hub_cpu_ms_per_workload",)),
+            Metric("burst: agents' CPU ms/workload", ("agents_cpu_ms_per_workload",)),
         ),
     ),
     Bench(

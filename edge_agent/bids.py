@@ -59,8 +59,6 @@ class Bids:
         if outcome is None:  # the policy raised: no answer, the hub falls back to its estimate
             return
         decision = outcome.decision
-        if not decision.decline and self.on_accept is not None:
-            self.on_accept()
         bid = BidV1(
             request_id=request.request_id,
             node=self.node,
@@ -79,6 +77,8 @@ class Bids:
         )
         self.counters["bids"] += 1
         await self.link.reply(msg, bid)
+        if not decision.decline and self.on_accept is not None:
+            self.on_accept()  # after the answer: the hub's round waits for it, the start comes later
         # Answered first: the audit (edge_agent/decision_quality.py) costs milliseconds.
         try:
             self.decider.quality.audit(outcome.node, outcome.offer, outcome.weights, decision.action)

@@ -55,7 +55,9 @@ class CgroupPrimer:
         self.procs = procs
         self._mountinfo = mountinfo
         self._until = 0.0
-        self._running = False
+        self._thread: threading.Thread | None = None
+        self._holding = False
+        self._wanted = threading.Event()
         self._lock = threading.Lock()
 
     @classmethod
@@ -74,31 +76,45 @@ class CgroupPrimer:
         return self.procs is not None
 
     def expect_start(self) -> None:
-        """A unit is likely to start soon: open the path now (in a thread; never blocks)."""
+        """A unit is likely to start soon: open the path now (in the primer's thread, started
+        once and woken here: a thread started per bid cost the bid's answer a millisecond)."""
         if self.procs is None:
             return
         with self._lock:
             self._until = time.monotonic() + HOLD_S
-            if self._running:
-                return
-            self._running = True
-        threading.Thread(target=self._hold, name="cgroup-primer", daemon=True).start()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="cgroup-primer", daemon=True)
+                self._thread.start()
+        self._wanted.set()
+
+    def _serve(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            self._hold()
+            with self._lock:
+                if self.procs is None:
+                    self._thread = None
+                    return
+
+    @property
+    def holding(self) -> bool:
+        """Whether the path is being held open now (a window that has not closed)."""
+        return self._holding
 
     def _hold(self) -> None:
+        self._holding = True
         try:
             self._follow_own_group()
             while True:
                 with self._lock:
                     if time.monotonic() >= self._until or self.procs is None:
-                        self._running = False
                         return
                     procs = self.procs
                 self._move_self(procs)
                 time.sleep(PERIOD_S)
-        except BaseException:
-            with self._lock:
-                self._running = False
-            raise
+        finally:
+            self._holding = False
 
     def _follow_own_group(self) -> None:
         """Where the agent's group is now (a service manager may have moved it since the start:

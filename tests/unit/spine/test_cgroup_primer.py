@@ -55,11 +55,13 @@ def test_priming_leaves_the_agent_in_its_own_groups_and_stops_after_the_hold(mon
     primer = CgroupPrimer.detect(groups)
     assert primer.enabled
     primer.expect_start()
+    thread = primer._thread
     time.sleep(0.05)
     primer.expect_start()  # extends the window, no second thread
+    assert primer._thread is thread
     deadline = time.monotonic() + 5
-    while primer._running and time.monotonic() < deadline:
+    while primer.holding and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not primer._running  # the window closed by itself
+    assert not primer.holding  # the window closed by itself
     assert primer.enabled  # its writes succeeded
     assert _own_groups() == before
