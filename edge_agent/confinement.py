@@ -60,7 +60,7 @@ from edge_agent.run_user import (
 )
 from edge_agent.seccomp_filter import UnitFilter
 from edge_agent.seccomp_filter import detect as detect_seccomp
-from edge_agent.spawn import ProcessHandle, spawn
+from edge_agent.spawn import PipedProcess, ProcessHandle, spawn
 from edge_agent.spawner import UnitSpawner
 from edge_agent.unit_groups import UnitGroups, detect_unit_groups
 
@@ -437,6 +437,64 @@ class Confinement:
             start_new_session=True,
             preexec_fn=setup.preexec(self.seccomp.load if self.seccomp is not None else None),
         )
+
+    async def launch_piped(
+        self,
+        argv: Sequence[str],
+        *,
+        sandbox: Sandbox,
+        stderr: BinaryIO,
+        env: Mapping[str, str],
+        limit: int,
+    ) -> PipedProcess:
+        """Start a unit's process confined with its stdin and stdout as pipes to the agent
+        (asyncio streams; ``limit``: the reader's line limit) and its stderr to ``stderr``: a
+        function worker. Through the unit spawner while it runs, else forked by the agent."""
+        setup = self.setup(sandbox, memory_bytes=None)
+        if self._spawner_task is not None and not self._spawner_task.done():
+            await asyncio.shield(self._spawner_task)
+        if self.spawner is None or not self.spawner.alive:
+            return await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+                cwd=str(sandbox.home),
+                env=env,
+                start_new_session=True,
+                preexec_fn=setup.preexec(self.seccomp.load if self.seccomp is not None else None),
+                limit=limit,
+            )
+        loop = asyncio.get_running_loop()
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        try:
+            process = await self.spawner.spawn(
+                argv,
+                stdin=in_r,
+                stdout=out_w,
+                stderr=stderr.fileno(),
+                cwd=str(sandbox.home),
+                env=env,
+                setup=setup,
+            )
+        except BaseException:
+            for fd in (in_w, out_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(in_r)  # the child's ends: it has its own copies now
+            os.close(out_w)
+        reader = asyncio.StreamReader(limit=limit, loop=loop)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(out_r, "rb", 0))
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(in_w, "wb", 0)
+        )
+        process.stdout = reader
+        process.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+        if process.returncode is not None:  # it ended before its pipes were wired
+            process.stdin.close()
+        return process
 
     async def stop(self, sandbox: Sandbox, process: ProcessHandle, *, grace_s: float) -> None:
         """SIGTERM the unit's processes, SIGKILL all that remain after ``grace_s`` (or as soon

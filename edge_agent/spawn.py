@@ -20,7 +20,7 @@ import subprocess
 import threading
 from typing import Any, Protocol
 
-__all__ = ["ChildProcess", "ProcessHandle", "spawn"]
+__all__ = ["ChildProcess", "PipedProcess", "ProcessHandle", "spawn"]
 
 
 class ProcessHandle(Protocol):
@@ -33,6 +33,16 @@ class ProcessHandle(Protocol):
     def returncode(self) -> int | None: ...
 
     async def wait(self) -> int: ...
+
+
+class PipedProcess(ProcessHandle, Protocol):
+    """A started process whose stdin and stdout are pipes to the agent (a function worker)."""
+
+    @property
+    def stdin(self) -> asyncio.StreamWriter | None: ...
+
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
 
 
 class ChildProcess:

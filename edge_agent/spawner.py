@@ -12,6 +12,7 @@ processes are gone, and the agent forks new units itself (:attr:`alive` is False
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import itertools
@@ -46,6 +47,9 @@ class SpawnedProcess:
     def __init__(self, pid: int, loop: asyncio.AbstractEventLoop) -> None:
         self._pid = pid
         self._exited: asyncio.Future[int] = loop.create_future()
+        # The agent's ends of its pipes, where it was started with them (Confinement.launch_piped).
+        self.stdin: asyncio.StreamWriter | None = None
+        self.stdout: asyncio.StreamReader | None = None
 
     @property
     def pid(self) -> int:
@@ -61,6 +65,8 @@ class SpawnedProcess:
     def settle(self, code: int) -> None:
         if not self._exited.done():
             self._exited.set_result(code)
+        if self.stdin is not None:
+            self.stdin.close()  # the reader side ends by itself, at the pipe's end
 
 
 class UnitSpawner:
@@ -116,12 +122,29 @@ class UnitSpawner:
         return spawner
 
     async def spawn(
-        self, argv: Sequence[str], *, stdout: int, cwd: str, env: Mapping[str, str], setup: ChildSetup
+        self,
+        argv: Sequence[str],
+        *,
+        stdout: int,
+        cwd: str,
+        env: Mapping[str, str],
+        setup: ChildSetup,
+        stdin: int | None = None,
+        stderr: int | None = None,
     ) -> SpawnedProcess:
-        """Start one unit's process; its stdout and stderr go to the file ``stdout`` (an fd)."""
+        """Start one unit's process: its stdin from the fd ``stdin`` (None: /dev/null), its stdout
+        to ``stdout``, its stderr to ``stderr`` (None: with stdout). The fds stay the caller's."""
         if not self.alive:
             raise OSError(0, "the unit spawner is not running")
         start_id = next(self._ids)
+        fds = [stdout]
+        stdio: list[int | None] = [None, 0, None]
+        if stdin is not None:
+            stdio[0] = len(fds)
+            fds.append(stdin)
+        if stderr is not None:
+            stdio[2] = len(fds)
+            fds.append(stderr)
         answer: asyncio.Future[SpawnedProcess] = self.loop.create_future()
         self._starting[start_id] = answer
         frame = encode_frame(
@@ -132,11 +155,13 @@ class UnitSpawner:
                 "env": dict(env),
                 "cwd": cwd,
                 "setup": setup.to_wire(),
+                "fds": len(fds),
+                "stdio": stdio,
             }
         )
         try:
             async with self._send_lock:
-                await self._send(frame, stdout)
+                await self._send(frame, fds)
             return await asyncio.wait_for(asyncio.shield(answer), START_TIMEOUT_S)
         except BaseException:
             self._starting.pop(start_id, None)
@@ -145,8 +170,8 @@ class UnitSpawner:
                 _kill_group(answer.result().pid)
             raise
 
-    async def _send(self, frame: bytes, fd: int) -> None:
-        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fd.to_bytes(4, sys.byteorder))]
+    async def _send(self, frame: bytes, fds: list[int]) -> None:
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
         while True:  # the fd goes with the first byte; a full buffer: wait until it drains
             try:
                 sent = self.sock.sendmsg([frame], rights)

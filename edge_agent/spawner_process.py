@@ -11,8 +11,9 @@ two paths differ only in who forks.
 
 Protocol (frames of a 4-byte big-endian length and a JSON object, both ways):
 
-* agent -> spawner ``{"op": "start", "id", "argv", "env", "cwd", "setup": {...}}`` with the
-  unit's stdout file descriptor attached (``SCM_RIGHTS``); stderr goes to the same file.
+* agent -> spawner ``{"op": "start", "id", "argv", "env", "cwd", "setup": {...}, "fds": N,
+  "stdio": [stdin, stdout, stderr]}`` with N file descriptors attached (``SCM_RIGHTS``); each of
+  ``stdio`` is an index into them, or null: stdin from ``/dev/null``, stderr to stdout.
 * spawner -> agent ``{"op": "ready", "pid"}`` once, then per start ``{"op": "started", "id",
   "pid"}`` or ``{"op": "failed", "id", "errno", "message"}``, and ``{"op": "exited", "pid",
   "code"}`` when a started process ends (``code`` as ``Popen.returncode``: negative for a signal).
@@ -121,16 +122,18 @@ class Spawner:
         from edge_agent.child_process import child_setup
 
         start_id = message.get("id")
-        stdout = self.fds.pop(0) if self.fds else None
+        count = message.get("fds", 1)
+        fds = [self.fds.pop(0) for _ in range(min(count, len(self.fds)))] if isinstance(count, int) else []
         try:
-            if stdout is None:
-                raise OSError(0, "no output file descriptor came with the start")
+            if not fds or len(fds) != count:
+                raise OSError(0, "the file descriptors did not come with the start")
+            stdin_at, stdout_at, stderr_at = message.get("stdio", [None, 0, None])
             setup = message["setup"]
             popen = subprocess.Popen(
                 message["argv"],
-                stdin=subprocess.DEVNULL,
-                stdout=stdout,
-                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL if stdin_at is None else fds[stdin_at],
+                stdout=fds[stdout_at],
+                stderr=subprocess.STDOUT if stderr_at is None else fds[stderr_at],
                 cwd=message["cwd"],
                 env=message["env"],
                 start_new_session=True,
@@ -144,7 +147,7 @@ class Spawner:
                     seccomp=self.seccomp.load if self.seccomp is not None and setup["seccomp"] else None,
                 ),
             )
-        except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError, IndexError) as exc:
             number = exc.errno if isinstance(exc, OSError) else 0
             text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             self.send({"op": "failed", "id": start_id, "errno": number or 0, "message": text})
@@ -152,8 +155,8 @@ class Spawner:
             self.children[popen.pid] = popen
             self.send({"op": "started", "id": start_id, "pid": popen.pid})
         finally:
-            if stdout is not None:
-                os.close(stdout)
+            for fd in fds:
+                os.close(fd)
 
     def reap(self) -> None:
         """Every exited child's code to the agent (only ours: Popen's own table stays empty)."""

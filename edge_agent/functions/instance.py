@@ -13,6 +13,7 @@ from typing import Any
 from edgeplane_contract.messages import FunctionCode, InvokeResultV1, InvokeV1
 
 from edge_agent.confinement import Confinement, Sandbox
+from edge_agent.spawn import PipedProcess
 
 __all__ = [
     "InitError",
@@ -33,7 +34,7 @@ class Instance:
 
     instance_id: str
     code: FunctionCode
-    process: asyncio.subprocess.Process
+    process: PipedProcess
     spawned_at: float
     keep_alive_s: float
     ready: asyncio.Future[float]
@@ -110,7 +111,7 @@ def worker_argv(code: FunctionCode, sandbox: Sandbox, confinement: Confinement) 
 
 async def start_worker(
     code: FunctionCode, instance_id: str, *, confinement: Confinement, stderr_path: Path
-) -> tuple[asyncio.subprocess.Process, Sandbox]:
+) -> tuple[PipedProcess, Sandbox]:
     """Open the instance's sandbox and exec its worker (stderr to ``stderr_path``); raises
     :class:`InitError` for a command that cannot start (the function's fault)."""
     # One private group per version: its instances may share the version's read-only source.
@@ -123,15 +124,12 @@ async def start_worker(
         edgeplane.update(worker)
     try:
         with stderr_path.open("ab") as stderr:  # O_APPEND: the agent may trim it (edge_agent/logs.py)
-            process = await asyncio.create_subprocess_exec(
-                *worker_argv(code, sandbox, confinement),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
+            # Forked by the unit spawner, else by the agent (Confinement.launch_piped).
+            process = await confinement.launch_piped(
+                worker_argv(code, sandbox, confinement),
+                sandbox=sandbox,
                 stderr=stderr,
-                cwd=str(sandbox.home),
                 env=confinement.env(sandbox, code.env, edgeplane),
-                start_new_session=True,
-                preexec_fn=confinement.preexec(sandbox, memory_bytes=None),
                 limit=16 * 2**20,
             )
     except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:

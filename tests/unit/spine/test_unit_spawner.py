@@ -186,3 +186,35 @@ def _gone(pid: int) -> bool:
     except OSError:
         return True
     return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] in (b"Z", b"X")
+
+
+@pytest.mark.parametrize("forker", ["agent", "spawner"])
+async def test_a_piped_unit_talks_through_its_stdin_and_stdout(tmp_path, forker):
+    """What a function worker gets: its stdin and stdout are pipes to the agent, stderr its log."""
+    confinement = Confinement.unconfined(tmp_path / "agent")
+    if forker == "spawner":
+        await confinement.start_spawner()
+        assert confinement.spawner is not None
+    sandbox = confinement.open("piped")
+    try:
+        with (tmp_path / "err.log").open("ab") as err:
+            process = await confinement.launch_piped(
+                ["sh", "-c", 'while read line; do echo "got $line"; done; echo bye >&2'],
+                sandbox=sandbox,
+                stderr=err,
+                env={"PATH": "/usr/bin:/bin"},
+                limit=2**16,
+            )
+        assert process.stdin is not None and process.stdout is not None
+        for word in ("one", "two"):
+            process.stdin.write(f"{word}\n".encode())
+            await process.stdin.drain()
+            assert await asyncio.wait_for(process.stdout.readline(), 10) == f"got {word}\n".encode()
+        process.stdin.close()
+        assert await asyncio.wait_for(process.stdout.readline(), 10) == b""  # its end
+        assert await asyncio.wait_for(process.wait(), 10) == 0
+        assert (tmp_path / "err.log").read_text() == "bye\n"
+    finally:
+        confinement.close(sandbox)
+        await confinement.stop_spawner()
+        confinement.shutdown()
