@@ -6,8 +6,10 @@ Only hashes of tokens and public keys are stored. Every method is one short tran
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -36,6 +38,11 @@ _TOUCH_EVERY_S = 60.0
 # The token lookup's read-only SQLite connection waits this long for a lock (WAL readers rarely do).
 _LOOKUP_BUSY_MS = 100
 _LOOKUP_RETRY_S = 10.0
+# A token row read on SQLite is kept this long at most (a backstop: revocations mark the store,
+# below, and a marked store drops every kept row at the next request).
+_ROW_KEPT_S = 5.0
+_ROWS_KEPT = 1024
+REVOKED_MARK = ".tokens-revoked"  # beside the SQLite file: replaced by every revocation
 _TOKEN_ROW = (
     "SELECT token_hash, name, scopes, expires_at, revoked_at, last_used_at FROM api_tokens WHERE id = ?"
 )
@@ -87,6 +94,8 @@ class IdentityStore:
         # The token lookup's own read-only connection (SQLite file stores only; see authenticate).
         self._lookup: sqlite3.Connection | None = None
         self._lookup_retry_at = 0.0  # after a failed read, the engine answers until then
+        # Token rows read through it: id -> (read at, the revocation mark then, the row).
+        self._rows: dict[str, tuple[float, object, tuple[Any, ...]]] = {}
 
     # --- API tokens -----------------------------------------------------------------------
 
@@ -110,11 +119,11 @@ class IdentityStore:
     async def authenticate(self, token: str) -> Principal | None:
         """The principal of a valid, unexpired, unrevoked API token; None otherwise.
 
-        Every call reads the token's row as committed now, so a revocation (also one by
-        ``controlplane token revoke`` in another process) counts from the next request on. On
-        SQLite the row is read through a read-only connection of its own, on the calling thread: a
-        primary-key read of a few microseconds instead of a session on the async engine (a thread
-        hop, a transaction and the ORM per API request: most of a warm invocation's hub time)."""
+        A revocation (also one by ``controlplane token revoke`` in another process) counts from
+        the next request on. On SQLite the row is read through a read-only connection of its own,
+        on the calling thread, and kept while no revocation marked the store (``_read_token_row``):
+        no session on the async engine (a thread hop, a transaction and the ORM per API request
+        were most of a warm invocation's hub time); elsewhere every call reads it as committed."""
         ident = token_id(token, "api")
         if ident is None:
             return None
@@ -138,15 +147,26 @@ class IdentityStore:
                 return None
             if orm_row.last_used_at is None or now - orm_row.last_used_at > _TOUCH_EVERY_S:
                 orm_row.last_used_at = now
+                self._rows.pop(ident, None)  # kept with the old stamp: read again after this
             return Principal(token_id=orm_row.id, name=orm_row.name, scopes=frozenset(orm_row.scopes))
 
     def _read_token_row(self, ident: str) -> tuple[Any, ...] | None:
         """The token's row read directly from a SQLite file store; None when there is no such row,
         the store is not a SQLite file, or the read failed (the caller then asks the engine, which
-        also reports a store that is away)."""
+        also reports a store that is away).
+
+        A row found is kept for the next requests (a ``stat`` of the revocation mark instead of a
+        read: the read was 6.6% of the hub's loop under warm invocations) while the mark is the one
+        it was read under and for at most ``_ROW_KEPT_S``; every revocation, by any process,
+        replaces the mark (:meth:`revoke_api_token`), so it still counts from the next request."""
         db = self._lookup_db()
         if db is None:
             return None
+        now = time.monotonic()
+        mark = self._revocation_mark()
+        kept = self._rows.get(ident)
+        if kept is not None and kept[1] == mark and now - kept[0] <= _ROW_KEPT_S:
+            return kept[2]
         try:
             row = db.execute(_TOKEN_ROW, (ident,)).fetchone()
         except (sqlite3.Error, ValueError, TypeError) as exc:
@@ -154,7 +174,53 @@ class IdentityStore:
             self._close_lookup()
             self._lookup_retry_at = time.monotonic() + _LOOKUP_RETRY_S
             return None
-        return tuple(row) if row is not None else None
+        if row is None:
+            self._rows.pop(ident, None)
+            return None
+        found = tuple(row)
+        if len(self._rows) >= _ROWS_KEPT:
+            self._rows.clear()
+        self._rows[ident] = (now, mark, found)  # the mark from before the read: a revocation after it shows
+        return found
+
+    def _mark_path(self) -> str | None:
+        url = self.store.engine.url
+        database = url.database
+        if not url.drivername.startswith("sqlite") or not database or database == ":memory:":
+            return None
+        return database + REVOKED_MARK
+
+    def _revocation_mark(self) -> object:
+        """Which revocation mark the store has now (its file's identity; None: none yet)."""
+        path = self._mark_path()
+        if path is None:
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _mark_revocation(self) -> None:
+        """Replace the revocation mark (a new file each time, so that its identity changes)."""
+        self._rows.clear()
+        path = self._mark_path()
+        if path is None:
+            return
+        staged = f"{path}.{os.getpid()}.tmp"
+        try:
+            # 0600: the store's files are private
+            fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="ascii") as mark:
+                mark.write(str(time.time_ns()))
+            os.replace(staged, path)
+        except OSError as exc:
+            # The revocation is committed; hubs that keep the row learn of it within _ROW_KEPT_S.
+            log.warning(
+                "could not mark a token revocation at %s (%s): hubs see it within %gs", path, exc, _ROW_KEPT_S
+            )
+            with contextlib.suppress(OSError):
+                os.unlink(staged)
 
     def _lookup_db(self) -> sqlite3.Connection | None:
         if self._lookup is not None or time.monotonic() < self._lookup_retry_at:
@@ -196,7 +262,10 @@ class IdentityStore:
                 )
                 .values(revoked_at=now)
             )
-            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+            revoked = int(result.rowcount or 0)  # type: ignore[attr-defined]
+        if revoked:
+            self._mark_revocation()  # committed first: a hub that sees the new mark reads the row anew
+        return revoked
 
     # --- join tokens and node credentials -------------------------------------------------
 

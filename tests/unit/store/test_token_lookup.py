@@ -63,3 +63,41 @@ async def test_an_expired_token_is_refused_on_the_direct_read(stores: tuple[Stor
     assert await identities.authenticate(new.token) is not None
     time.sleep(0.4)
     assert await identities.authenticate(new.token) is None
+
+
+async def test_a_token_row_read_once_is_kept_until_a_revocation_marks_the_store(
+    stores: tuple[Store, Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The direct read itself is skipped while the row is kept: a stat of the revocation mark
+    stands in for it; a revocation elsewhere replaces the mark and the next request reads again."""
+    hub, cli = stores
+    identities = IdentityStore(hub)
+    kept = await identities.create_api_token("kept", ["read"])
+    other = await identities.create_api_token("other", ["read"])
+    for token in (kept.token, kept.token, other.token, other.token):  # stamped, then read and kept
+        assert await identities.authenticate(token) is not None
+    lookup = identities._lookup
+    assert lookup is not None
+    reads = []
+    monkeypatch.setattr(identities, "_lookup", _Counting(lookup, reads))
+    assert await identities.authenticate(kept.token) is not None
+    assert reads == [], "a kept row was read again"
+    assert await IdentityStore(cli).revoke_api_token("kept") == 1
+    assert await identities.authenticate(kept.token) is None
+    assert await identities.authenticate(other.token) is not None  # read anew, still valid
+    assert len(reads) == 2
+
+
+class _Counting:
+    """A read-only connection that counts the statements it runs."""
+
+    def __init__(self, inner: object, reads: list[str]) -> None:
+        self._inner = inner
+        self._reads = reads
+
+    def execute(self, sql: str, parameters: object) -> object:
+        self._reads.append(sql)
+        return self._inner.execute(sql, parameters)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self._inner.close()  # type: ignore[attr-defined]
