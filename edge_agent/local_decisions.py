@@ -19,6 +19,7 @@ from edge_agent.executor import ProcessRunner
 from edge_agent.functions.pool import FunctionPool
 from edge_agent.telemetry import GpuReader, PowerReader, SystemReader
 from edge_agent.telemetry.power import PowerState
+from edge_agent.telemetry.system import RecentSystemReader
 from edge_agent.weights import current_weights
 
 __all__ = ["LocalDecider", "LocalOutcome"]
@@ -53,7 +54,9 @@ class LocalDecider:
         counters: Counter[str],
     ) -> None:
         self.config = config
-        self.system = system
+        # Only the capacity is read of it (the allocations are the runner's, exact): a second old
+        # at most, instead of a read per bid.
+        self.system = RecentSystemReader(system)
         self.power = power
         self.gpus = gpus
         self.runner = runner

@@ -4,6 +4,7 @@ pressure (PSI) where the kernel has it, for the load profile of running placemen
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -118,3 +119,21 @@ class ProcPressureReader:
                         return None
                     return min(1.0, max(0.0, share)) if share == share else None  # NaN: unreadable
         return None
+
+
+class RecentSystemReader:
+    """A :class:`SystemReader` that reads its inner one at most every ``max_age_s`` and answers
+    the last sample in between: for readers that want the node's capacity on every decision
+    (each bid read ``/proc/meminfo`` and ``/proc/stat``: a third of a local decision's time)."""
+
+    def __init__(self, inner: SystemReader, *, max_age_s: float = 1.0) -> None:
+        self.inner = inner
+        self.max_age_s = max_age_s
+        self._sample: SystemSample | None = None
+        self._read_at = 0.0
+
+    def read(self) -> SystemSample:
+        now = time.monotonic()
+        if self._sample is None or now - self._read_at > self.max_age_s:
+            self._sample, self._read_at = self.inner.read(), now
+        return self._sample
