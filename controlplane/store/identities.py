@@ -96,6 +96,7 @@ class IdentityStore:
         self._lookup_retry_at = 0.0  # after a failed read, the engine answers until then
         # Token rows read through it: id -> (read at, the revocation mark then, the row).
         self._rows: dict[str, tuple[float, object, tuple[Any, ...]]] = {}
+        self._mark: str | None = None  # the revocation mark's path ("": the store has none)
 
     # --- API tokens -----------------------------------------------------------------------
 
@@ -136,7 +137,7 @@ class IdentityStore:
             if revoked_at is not None or (expires_at is not None and expires_at <= now):
                 return None
             if last_used_at is not None and now - last_used_at <= _TOUCH_EVERY_S:
-                return Principal(token_id=ident, name=name, scopes=frozenset(json.loads(scopes)))
+                return Principal(token_id=ident, name=name, scopes=scopes)
             # Due for its last-used stamp (once a minute): the write goes through the engine.
         async with self.store.session() as session:
             orm_row = await session.get(ApiTokenRow, ident)
@@ -177,18 +178,20 @@ class IdentityStore:
         if row is None:
             self._rows.pop(ident, None)
             return None
-        found = tuple(row)
+        token_hash, name, scopes, *rest = row
+        found = (token_hash, name, frozenset(json.loads(scopes)), *rest)  # parsed once, kept parsed
         if len(self._rows) >= _ROWS_KEPT:
             self._rows.clear()
         self._rows[ident] = (now, mark, found)  # the mark from before the read: a revocation after it shows
         return found
 
     def _mark_path(self) -> str | None:
-        url = self.store.engine.url
-        database = url.database
-        if not url.drivername.startswith("sqlite") or not database or database == ":memory:":
-            return None
-        return database + REVOKED_MARK
+        if self._mark is None:
+            url = self.store.engine.url
+            database = url.database
+            sqlite_file = url.drivername.startswith("sqlite") and database and database != ":memory:"
+            self._mark = database + REVOKED_MARK if sqlite_file and database else ""
+        return self._mark or None
 
     def _revocation_mark(self) -> object:
         """Which revocation mark the store has now (its file's identity; None: none yet)."""
