@@ -68,6 +68,20 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+async def _first_answer(client: Any, subject: str, payload: bytes) -> None:
+    """The first request to a responder just subscribed, retried while the server does not know
+    of it yet ("no responders"), for at most a second."""
+    import nats.errors
+
+    for _ in range(20):
+        try:
+            await client.request(subject, payload, timeout=2)
+            return
+        except nats.errors.NoRespondersError:
+            await asyncio.sleep(0.05)
+    await client.request(subject, payload, timeout=2)
+
+
 async def nats_floor(url: str, n: int) -> list[float]:
     """Round trips of a bare nats-py request to a responder on another connection (ms)."""
     import nats
@@ -81,7 +95,7 @@ async def nats_floor(url: str, n: int) -> list[float]:
         await server.subscribe("floor.echo", cb=echo)
         await server.flush()
         payload = b"x" * 256
-        await client.request("floor.echo", payload, timeout=2)  # warm
+        await _first_answer(client, "floor.echo", payload)  # warm
         out = []
         for _ in range(n):
             t = time.perf_counter()
@@ -162,7 +176,7 @@ async def idle_floors(url: str, n: int) -> dict[str, list[float]]:
         client = await nats.connect(url)
         requests, spawns = [], []
         try:
-            await client.request("floor.idle_echo", b"x" * 256, timeout=2)  # warm
+            await _first_answer(client, "floor.idle_echo", b"x" * 256)  # warm
             for _ in range(n):
                 await asyncio.sleep(IDLE_S)
                 t = time.perf_counter()
