@@ -148,39 +148,27 @@ async def spawn_floor(n: int) -> list[float]:
     return out
 
 
-# A bare nats-py responder in a process of its own (as an agent is), echoing what it is sent.
-_ECHO = """
-import asyncio, sys, nats
-async def main():
-    nc = await nats.connect(sys.argv[1])
-    async def echo(msg):
-        await msg.respond(msg.data)
-    await nc.subscribe("floor.idle_echo", cb=echo)
-    await nc.flush()
-    print("ready", flush=True)
-    await asyncio.sleep(3600)
-asyncio.run(main())
-"""
-
-
 async def idle_floors(url: str, n: int) -> dict[str, list[float]]:
     """The same kinds of step after an idle spell of ``IDLE_S``, as each step of a lone workload
     meets them: a request to a responder in another process, and a spawn (ms). On a virtual
     machine whose idle CPUs sleep, a wake-up is part of every hop."""
     import nats
+    from functions_live import FLOOR_RESPONDER  # a bare responder on floor.echo, its own process
 
-    responder = subprocess.Popen([sys.executable, "-c", _ECHO, url], stdout=subprocess.PIPE, text=True)
+    responder = subprocess.Popen(
+        [sys.executable, "-c", FLOOR_RESPONDER, url], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert responder.stdout is not None
         await asyncio.wait_for(asyncio.to_thread(responder.stdout.readline), 30)
         client = await nats.connect(url)
         requests, spawns = [], []
         try:
-            await _first_answer(client, "floor.idle_echo", b"x" * 256)  # warm
+            await _first_answer(client, "floor.echo", b"x" * 256)  # warm
             for _ in range(n):
                 await asyncio.sleep(IDLE_S)
                 t = time.perf_counter()
-                await client.request("floor.idle_echo", b"x" * 256, timeout=2)
+                await client.request("floor.echo", b"x" * 256, timeout=2)
                 requests.append(1000 * (time.perf_counter() - t))
         finally:
             await client.close()

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -28,42 +29,43 @@ from edge_agent.spawner import UnitSpawner
 BARE = ChildSetup(procs=(), memory_bytes=None, uid=None, gid=None, no_new_privs=True, seccomp=False)
 
 
-async def test_a_started_process_reports_its_exit_code_output_env_and_cwd(tmp_path):
-    spawner = await UnitSpawner.start(seccomp=False)
+@pytest.fixture
+async def spawner() -> AsyncIterator[UnitSpawner]:
+    started = await UnitSpawner.start(seccomp=False)
     try:
-        log = tmp_path / "out.log"
-        with log.open("ab") as out:
-            process = await spawner.spawn(
-                ["sh", "-c", 'echo "$GREETING from $(pwd)"; echo oops >&2; exit 3'],
-                stdout=out.fileno(),
-                cwd=str(tmp_path),
-                env={"PATH": "/usr/bin:/bin", "GREETING": "hello"},
-                setup=BARE,
-            )
-            assert process.pid != os.getpid() and process.pid != spawner.process.pid
-            assert await asyncio.wait_for(process.wait(), 10) == 3
-            assert process.returncode == 3
-            killed = await spawner.spawn(["sleep", "30"], stdout=out.fileno(), cwd="/", env={}, setup=BARE)
-            os.kill(killed.pid, signal.SIGTERM)
-            assert await asyncio.wait_for(killed.wait(), 10) == -signal.SIGTERM
-        assert log.read_text().splitlines() == [f"hello from {tmp_path}", "oops"]
+        yield started
     finally:
-        await spawner.close()
-    assert spawner.process.returncode == 0, "it exits when the agent closes it"
+        await started.close()
+    assert started.process.returncode == 0, "it exits when the agent closes it"
 
 
-async def test_an_environment_is_exactly_the_one_given(tmp_path):
-    spawner = await UnitSpawner.start(seccomp=False)
-    try:
-        log = tmp_path / "env.log"
-        with log.open("ab") as out:
-            process = await spawner.spawn(
-                ["/usr/bin/env"], stdout=out.fileno(), cwd="/", env={"ONLY": "this"}, setup=BARE
-            )
-            assert await asyncio.wait_for(process.wait(), 10) == 0
-        assert log.read_text().splitlines() == ["ONLY=this"]
-    finally:
-        await spawner.close()
+async def test_a_started_process_reports_its_exit_code_output_env_and_cwd(tmp_path, spawner):
+    log = tmp_path / "out.log"
+    with log.open("ab") as out:
+        process = await spawner.spawn(
+            ["sh", "-c", 'echo "$GREETING from $(pwd)"; echo oops >&2; exit 3'],
+            stdout=out.fileno(),
+            cwd=str(tmp_path),
+            env={"PATH": "/usr/bin:/bin", "GREETING": "hello"},
+            setup=BARE,
+        )
+        assert process.pid != os.getpid() and process.pid != spawner.process.pid
+        assert await asyncio.wait_for(process.wait(), 10) == 3
+        assert process.returncode == 3
+        killed = await spawner.spawn(["sleep", "30"], stdout=out.fileno(), cwd="/", env={}, setup=BARE)
+        os.kill(killed.pid, signal.SIGTERM)
+        assert await asyncio.wait_for(killed.wait(), 10) == -signal.SIGTERM
+    assert log.read_text().splitlines() == [f"hello from {tmp_path}", "oops"]
+
+
+async def test_an_environment_is_exactly_the_one_given(tmp_path, spawner):
+    log = tmp_path / "env.log"
+    with log.open("ab") as out:
+        process = await spawner.spawn(
+            ["/usr/bin/env"], stdout=out.fileno(), cwd="/", env={"ONLY": "this"}, setup=BARE
+        )
+        assert await asyncio.wait_for(process.wait(), 10) == 0
+    assert log.read_text().splitlines() == ["ONLY=this"]
 
 
 @pytest.mark.parametrize(
@@ -74,19 +76,13 @@ async def test_an_environment_is_exactly_the_one_given(tmp_path):
         (["/"], "/", PermissionError),  # a directory
     ],
 )
-async def test_a_process_that_cannot_start_raises_as_popen_does(tmp_path, argv, cwd, error):
-    spawner = await UnitSpawner.start(seccomp=False)
-    try:
-        with (tmp_path / "out.log").open("ab") as out:
-            with pytest.raises(error):
-                await spawner.spawn(
-                    argv, stdout=out.fileno(), cwd=cwd, env={"PATH": "/usr/bin:/bin"}, setup=BARE
-                )
-            # and it goes on serving
-            process = await spawner.spawn(["true"], stdout=out.fileno(), cwd="/", env={}, setup=BARE)
-            assert await asyncio.wait_for(process.wait(), 10) == 0
-    finally:
-        await spawner.close()
+async def test_a_process_that_cannot_start_raises_as_popen_does(tmp_path, spawner, argv, cwd, error):
+    with (tmp_path / "out.log").open("ab") as out:
+        with pytest.raises(error):
+            await spawner.spawn(argv, stdout=out.fileno(), cwd=cwd, env={"PATH": "/usr/bin:/bin"}, setup=BARE)
+        # and it goes on serving
+        process = await spawner.spawn(["true"], stdout=out.fileno(), cwd="/", env={}, setup=BARE)
+        assert await asyncio.wait_for(process.wait(), 10) == 0
 
 
 async def test_a_start_given_up_leaves_no_process_running(tmp_path):
