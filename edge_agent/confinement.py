@@ -378,9 +378,11 @@ class Confinement:
         self._spawner_retry_at = time.monotonic() + SPAWNER_RETRY_S
         try:
             self.spawner = await UnitSpawner.start(seccomp=self.seccomp is not None)
-        except (OSError, TimeoutError) as exc:
+        except Exception as exc:  # whatever kept it from starting, the agent forks units itself
             self.spawner = None
-            log.warning("unit spawner not started (%s): the agent forks units itself", exc)
+            log.warning(
+                "unit spawner not started (%s): the agent forks units itself", exc or type(exc).__name__
+            )
             self.report["spawner"] = "agent"
         else:
             self.report["spawner"] = "fork-server"
@@ -395,7 +397,8 @@ class Confinement:
     async def stop_spawner(self) -> None:
         self._spawner_wanted = False
         if self._spawner_task is not None:
-            await self._spawner_task  # bounded: UnitSpawner.start's own timeout
+            with contextlib.suppress(Exception):  # its failure was logged; the agent forked units
+                await self._spawner_task  # bounded: UnitSpawner.start's own timeout
             self._spawner_task = None
         if self.spawner is not None:
             spawner, self.spawner = self.spawner, None
