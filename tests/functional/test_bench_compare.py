@@ -32,7 +32,12 @@ def test_a_quick_compare_against_head_prints_both_medians_and_removes_its_worktr
     report = json.loads(out.read_text())
     assert report["ref"] == "HEAD" and len(report["ref_commit"]) == 40 and report["rounds"] == 1
     names = [row["metric"] for row in report["rows"]]
-    assert names == ["burst: POSTs accepted (s)", "burst: drained workloads/s", "burst: hub CPU ms/workload"]
+    assert names == [
+        "burst: POSTs accepted (s)",
+        "burst: drained workloads/s",
+        "burst: hub CPU ms/workload",
+        "burst: agents' CPU ms/workload",
+    ]
     for row in report["rows"]:
         assert len(row["ref_runs"]) == len(row["tree_runs"]) == 1 and row["ref"] > 0 and row["tree"] > 0
         assert row["ratio"] == pytest.approx(row["tree"] / row["ref"])

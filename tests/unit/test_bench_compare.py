@@ -49,7 +49,12 @@ def test_the_table_has_one_row_per_metric_with_its_ratio_and_flag() -> None:
 
 
 def test_every_bench_names_figures_its_json_has() -> None:
-    burst = {"accepted_s": 1.0, "drained_per_s": 2.0, "hub_cpu_ms_per_workload": 3.0}
+    burst = {
+        "accepted_s": 1.0,
+        "drained_per_s": 2.0,
+        "hub_cpu_ms_per_workload": 3.0,
+        "agents_cpu_ms_per_workload": 4.0,
+    }
     functions = {"warm": {"p50_ms": 1.0}, "cold": {"p50_ms": 2.0}, "loaded": {"p50_ms": 3.0},
                  "throughput": {"invocations_per_s": 4.0}}  # fmt: skip
     lifecycle = {"post_to_running_ms": {"p50": 1.0}, "post_to_succeeded_observed_ms": {"p50": 2.0}}
