@@ -147,7 +147,7 @@ async def main() -> int:
             for i in range(args.starts):
                 # Interleaved: the path alternates every start, priming every other pair.
                 path = paths[i % len(paths)]
-                confinement.spawner = spawner if path == "spawner" else None
+                confinement.pin_spawner(spawner if path == "spawner" else None)
                 await asyncio.sleep(args.gap_ms / 1000)
                 rows["floor_ms"].append(await _floor_once())
                 primed = (i // len(paths)) % 2 == 1 and primer.enabled
@@ -184,7 +184,7 @@ async def main() -> int:
                 confinement.close(entry.sandbox)
                 limiter.release(state.placement_id)
         finally:
-            confinement.spawner = spawner
+            confinement.pin_spawner(spawner)
             await confinement.stop_spawner()
             confinement.shutdown()
             limiter.close()

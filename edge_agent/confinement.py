@@ -404,6 +404,27 @@ class Confinement:
             spawner, self.spawner = self.spawner, None
             await spawner.close()
 
+    def pin_spawner(self, spawner: UnitSpawner | None) -> None:
+        """Start units with ``spawner`` (None: the agent forks them) and start no other one: for
+        a bench that compares the two paths."""
+        self.spawner = spawner
+        self._spawner_wanted = spawner is not None
+        self._spawner_retry_at = float("inf")
+
+    async def _ready_spawner(self) -> UnitSpawner | None:
+        """The unit spawner to start a unit with, or None: the agent forks it. Waits for one
+        being started; one that died (or never started) is tried again at most every 30 s."""
+        if self._spawner_task is not None and not self._spawner_task.done():
+            await asyncio.shield(self._spawner_task)
+        if not self._spawner_wanted:
+            return None
+        if (self.spawner is None or not self.spawner.alive) and time.monotonic() >= self._spawner_retry_at:
+            await self.start_spawner()
+        if self.spawner is not None and self.spawner.alive:
+            return self.spawner
+        self.report["spawner"] = "agent"  # what the next registration says
+        return None
+
     async def launch(
         self,
         argv: Sequence[str],
@@ -418,16 +439,9 @@ class Confinement:
         spawner while it runs, else forked by the agent off its loop (:func:`spawn`). Raises what
         ``Popen`` raises (OSError, SubprocessError, ValueError)."""
         setup = self.setup(sandbox, memory_bytes=memory_bytes, extra_procs=extra_procs)
-        if self._spawner_task is not None and not self._spawner_task.done():
-            await asyncio.shield(self._spawner_task)
-        if (
-            self._spawner_wanted
-            and (self.spawner is None or not self.spawner.alive)
-            and time.monotonic() >= self._spawner_retry_at
-        ):
-            await self.start_spawner()  # it died (or never started): once more, at most every 30 s
-        if self.spawner is not None and self.spawner.alive:
-            return await self.spawner.spawn(
+        spawner = await self._ready_spawner()
+        if spawner is not None:
+            return await spawner.spawn(
                 argv, stdout=stdout.fileno(), cwd=str(sandbox.home), env=env, setup=setup
             )
         return await spawn(
@@ -454,9 +468,8 @@ class Confinement:
         (asyncio streams; ``limit``: the reader's line limit) and its stderr to ``stderr``: a
         function worker. Through the unit spawner while it runs, else forked by the agent."""
         setup = self.setup(sandbox, memory_bytes=None)
-        if self._spawner_task is not None and not self._spawner_task.done():
-            await asyncio.shield(self._spawner_task)
-        if self.spawner is None or not self.spawner.alive:
+        spawner = await self._ready_spawner()
+        if spawner is None:
             return await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
@@ -472,7 +485,7 @@ class Confinement:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         try:
-            process = await self.spawner.spawn(
+            process = await spawner.spawn(
                 argv,
                 stdin=in_r,
                 stdout=out_w,
