@@ -110,6 +110,9 @@ class UnitSpawner:
                 pass_fds=[theirs.fileno()],
                 start_new_session=True,  # a terminal's Ctrl-C is the agent's to handle, not its
             )
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         ours.setblocking(False)
