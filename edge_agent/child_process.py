@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MINIMAL_PATH", "ChildSetup", "build_env", "child_setup", "prctl_available"]
+__all__ = ["MINIMAL_PATH", "ChildSetup", "build_env", "child_setup", "die_with_parent", "prctl_available"]
 
 MINIMAL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -70,6 +70,18 @@ class ChildSetup:
             "seccomp": self.seccomp,
         }
 
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> ChildSetup:
+        """The inverse of :meth:`to_wire` (raises KeyError or TypeError on a bad one)."""
+        return cls(
+            procs=tuple(data["procs"]),
+            memory_bytes=data["memory_bytes"],
+            uid=data["uid"],
+            gid=data["gid"],
+            no_new_privs=bool(data["no_new_privs"]),
+            seccomp=bool(data["seccomp"]),
+        )
+
     def preexec(self, seccomp: Callable[[], None] | None) -> Callable[[], None]:
         """The ``preexec_fn`` of a unit forked by the calling process (its parent is this one)."""
         return child_setup(
@@ -81,6 +93,15 @@ class ChildSetup:
             no_new_privs=self.no_new_privs,
             seccomp=seccomp if self.seccomp else None,
         )
+
+
+def die_with_parent(parent_pid: int) -> bool:
+    """Have the kernel SIGKILL the calling process when its parent (``parent_pid``) dies
+    (``PR_SET_PDEATHSIG``); False when that parent is already gone (the caller then exits)."""
+    if _libc is not None:
+        zero = ctypes.c_ulong(0)
+        _libc.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), zero, zero, zero)
+    return os.getppid() == parent_pid
 
 
 def child_setup(
@@ -122,10 +143,9 @@ def child_setup(
         if uid is not None:
             os.setuid(uid)
         if _libc is not None:
-            zero = ctypes.c_ulong(0)
-            _libc.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), zero, zero, zero)
-            if os.getppid() != parent_pid:  # the agent died before the line above: die too
+            if not die_with_parent(parent_pid):  # the agent died before the prctl: die too
                 os._exit(137)
+            zero = ctypes.c_ulong(0)
             if no_new_privs and _libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), zero, zero, zero):
                 raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
         if seccomp is not None:

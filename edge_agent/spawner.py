@@ -83,7 +83,6 @@ class UnitSpawner:
         self._ids = itertools.count(1)
         self._starting: dict[int, asyncio.Future[SpawnedProcess]] = {}
         self._running: dict[int, SpawnedProcess] = {}
-        self._early_exits: dict[int, int] = {}  # exits read before their start's answer
         self._send_lock = asyncio.Lock()
         self._ready: asyncio.Future[int] = loop.create_future()
         loop.add_reader(sock.fileno(), self._readable)
@@ -211,11 +210,7 @@ class UnitSpawner:
             answer = self._starting.pop(int(message["id"]), None)
             pid = int(message["pid"])
             process = SpawnedProcess(pid, self.loop)
-            early = self._early_exits.pop(pid, None)
-            if early is not None:
-                process.settle(early)
-            else:
-                self._running[pid] = process
+            self._running[pid] = process  # its exit comes after this answer (the spawner's order)
             if answer is not None and not answer.done():
                 answer.set_result(process)
             elif answer is None or answer.cancelled():
@@ -231,8 +226,6 @@ class UnitSpawner:
             running = self._running.pop(pid, None)
             if running is not None:
                 running.settle(code)
-            else:
-                self._early_exits[pid] = code
 
     def _lost(self, why: str) -> None:
         if not self.alive:

@@ -36,6 +36,8 @@ import subprocess
 import sys
 from typing import Any
 
+from edge_agent.child_process import ChildSetup, die_with_parent
+
 HEADER = struct.Struct("!I")
 MAX_FRAME = 64 * 2**20  # a start carries the unit's argv and env (the hub bounds a spec far below)
 MAX_FDS = 8
@@ -115,12 +117,9 @@ class Spawner:
         for message in self.reader.feed(data):
             if message.get("op") == "start":
                 self.start(message)
-        self.reap()  # a child that exited before its start was answered
         return True
 
     def start(self, message: dict[str, Any]) -> None:
-        from edge_agent.child_process import child_setup
-
         start_id = message.get("id")
         count = message.get("fds", 1)
         fds = [self.fds.pop(0) for _ in range(min(count, len(self.fds)))] if isinstance(count, int) else []
@@ -128,7 +127,7 @@ class Spawner:
             if not fds or len(fds) != count:
                 raise OSError(0, "the file descriptors did not come with the start")
             stdin_at, stdout_at, stderr_at = message.get("stdio", [None, 0, None])
-            setup = message["setup"]
+            setup = ChildSetup.from_wire(message["setup"])
             popen = subprocess.Popen(
                 message["argv"],
                 stdin=subprocess.DEVNULL if stdin_at is None else fds[stdin_at],
@@ -137,15 +136,7 @@ class Spawner:
                 cwd=message["cwd"],
                 env=message["env"],
                 start_new_session=True,
-                preexec_fn=child_setup(
-                    procs=setup["procs"],
-                    memory_bytes=setup["memory_bytes"],
-                    uid=setup["uid"],
-                    gid=setup["gid"],
-                    parent_pid=os.getpid(),
-                    no_new_privs=setup["no_new_privs"],
-                    seccomp=self.seccomp.load if self.seccomp is not None and setup["seccomp"] else None,
-                ),
+                preexec_fn=setup.preexec(self.seccomp.load if self.seccomp is not None else None),
             )
         except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError, IndexError) as exc:
             number = exc.errno if isinstance(exc, OSError) else 0
@@ -174,20 +165,11 @@ class Spawner:
                 self.send({"op": "exited", "pid": pid, "code": code})
 
 
-def _die_with(parent_pid: int) -> None:
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    zero = ctypes.c_ulong(0)
-    libc.prctl(1, ctypes.c_ulong(signal.SIGKILL), zero, zero, zero)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:
-        os._exit(0)
-
-
 def main(argv: list[str]) -> int:
     """``spawner_process SOCKET_FD AGENT_PID SECCOMP(0|1)``."""
     sock_fd, agent_pid, seccomp_wanted = int(argv[0]), int(argv[1]), argv[2] == "1"
-    _die_with(agent_pid)
+    if not die_with_parent(agent_pid):
+        return 0  # the agent is gone already
     sock = socket.socket(fileno=sock_fd)
     unit_filter = None
     if seccomp_wanted:
