@@ -7,6 +7,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from nats.aio.msg import Msg
 
@@ -19,6 +20,10 @@ from edge_agent.local_decisions import LocalDecider
 __all__ = ["Bids"]
 
 log = logging.getLogger("edgeplane.agent.bids")
+
+DECISIONS_DEFAULT = 1000  # entries a collection gets when it does not say
+DECISIONS_MAX = 10_000  # the most one collection may ask for (the log's default length)
+DECISIONS_MARGIN = 4096  # bytes of a decisions answer kept for its envelope and NATS headers
 
 
 class Bids:
@@ -87,9 +92,45 @@ class Bids:
             log.debug("decision audit failed: %s", exc)
 
     async def on_decisions(self, msg: Msg) -> None:
-        """The hub collects the decision log for retraining (rewards Laplace-noised)."""
-        if msg.reply:
-            payload = {"v": 1, "node": self.node, "epsilon": self.decisions.epsilon}
-            payload["entries"] = self.decisions.export()
-            with contextlib.suppress(Exception):
-                await msg.respond(json.dumps(payload).encode())
+        """The hub collects the decision log for retraining (rewards Laplace-noised): the newest
+        ``limit`` entries (the request's JSON ``{"limit": N}``, 1000 without one), fewer where
+        the answer would not fit one NATS message (``truncated`` says so). A request that is not
+        such an object is counted as malformed and dropped (the asker's deadline answers it)."""
+        if not msg.reply:
+            return
+        limit = DECISIONS_DEFAULT
+        if msg.data:
+            try:
+                request = json.loads(msg.data)
+                if not isinstance(request, dict):
+                    raise ValueError("the request must be a JSON object")
+                asked = request.get("limit", DECISIONS_DEFAULT)
+                if isinstance(asked, bool) or not isinstance(asked, int) or not 1 <= asked <= DECISIONS_MAX:
+                    raise ValueError(f"limit must be an integer from 1 to {DECISIONS_MAX}")
+                limit = asked
+            except ValueError as exc:
+                self.link.malformed("decisions", MessageError("decisions", str(exc), field="limit"))
+                return
+        entries = self.decisions.export(limit=limit)
+        fitted = _newest_that_fit(entries, self.link.max_payload() - DECISIONS_MARGIN)
+        payload = {
+            "v": 1,
+            "node": self.node,
+            "epsilon": self.decisions.epsilon,
+            "truncated": len(fitted) < len(entries),
+            "entries": fitted,
+        }
+        with contextlib.suppress(Exception):
+            await msg.respond(json.dumps(payload).encode())
+
+
+def _newest_that_fit(entries: list[dict[str, Any]], budget: int) -> list[dict[str, Any]]:
+    """The newest entries whose JSON fits ``budget`` bytes (the list's own commas included)."""
+    used, first = 0, len(entries)
+    for i in range(len(entries) - 1, -1, -1):
+        size = len(json.dumps(entries[i])) + 2
+        if used + size > budget:
+            break
+        used += size
+        first = i
+    return entries[first:]

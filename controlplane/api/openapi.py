@@ -21,6 +21,7 @@ from controlplane.hub.spec import (
     WORKLOAD,
     WorkloadSpec,
 )
+from controlplane.policies.decision_logs import DECISION_LOG_REQUEST
 from controlplane.policies.upload import CANARY, POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD
 from controlplane.schema import Model
 from controlplane.serverless.spec import FUNCTION, FunctionSpec
@@ -398,6 +399,16 @@ _PATHS: dict[str, Any] = {
             "responses": {"200": _json(_model(views.EventPage)), "422": _ERROR},
         }
     },
+    "/v1/decision-logs": {
+        "post": {
+            "operationId": "collectDecisionLogs",
+            "summary": "Collect the Ready nodes' decision logs now (for retraining the local policy): "
+            "each node's newest entries, rewards Laplace-noised by the node for its own epsilon; "
+            "nodes that gave none are listed with the reason",
+            "requestBody": {"content": {"application/json": {"schema": _ref("DecisionLogRequest")}}},
+            "responses": {"200": _json(_model(views.DecisionLogs)), "400": _ERROR, "422": _ERROR},
+        }
+    },
     "/v1/policies": {
         "post": {
             "operationId": "uploadPolicy",
@@ -582,6 +593,7 @@ _REQUEST_MODELS: tuple[Model[Any], ...] = (
     FUNCTION,
     POLICY_UPLOAD,
     POLICY_ROLLOUT,
+    DECISION_LOG_REQUEST,
     POLICY_ROLLBACK,
     CANARY,
 )

@@ -1,5 +1,6 @@
 """Versioned local policies (``/v1/policies``): upload, list, read; roll a version out to some
-nodes, promote it to the fleet, roll it back. The distributor (controlplane/policies/
+nodes, promote it to the fleet, roll it back; and the agents' decision logs, collected for
+retraining (``/v1/decision-logs``). The distributor (controlplane/policies/
 distribution.py) then brings every node to the version it should run."""
 
 from __future__ import annotations
@@ -14,10 +15,21 @@ from edgeplane_contract.aio import stop_task
 from controlplane.api.auth import principal_of
 from controlplane.api.keys import HUB
 from controlplane.api.request import json_body
-from controlplane.api.views import CanaryStatus, Policy, PolicyList, PolicyRolloutResult, to_json
+from controlplane.api.views import (
+    CanaryStatus,
+    DecisionLogs,
+    MissingLog,
+    NodeDecisionLog,
+    Policy,
+    PolicyList,
+    PolicyRolloutResult,
+    to_json,
+)
 from controlplane.errors import ConflictError, ValidationError
 from controlplane.hub.service import Hub
 from controlplane.policies.canary_live import CanaryRollouts, bucket
+from controlplane.policies.decision_logs import DECISION_LOG_REQUEST
+from controlplane.policies.decision_logs import collect as collect_logs
 from controlplane.policies.distribution import PolicyDistributor
 from controlplane.policies.metrics import PolicyCollector
 from controlplane.policies.registry import PolicyRegistry
@@ -85,6 +97,17 @@ async def upload_policy(request: web.Request) -> web.Response:
     return web.json_response(
         to_json(_policy(request, registered.row)), status=201 if registered.created else 200
     )
+
+
+@routes.post("/v1/decision-logs")
+async def collect_decision_logs(request: web.Request) -> web.Response:
+    """The Ready nodes' decision logs, collected now (``controlplane.policies.decision_logs``)."""
+    asked = DECISION_LOG_REQUEST.parse(await json_body(request, optional=True) or {})
+    collected = await collect_logs(request.app[HUB], asked)
+    nodes = [NodeDecisionLog(n.node, n.epsilon, n.truncated, n.entries) for n in collected.nodes]
+    missing = [MissingLog(node, reason) for node, reason in collected.missing]
+    view = DecisionLogs(nodes=nodes, missing=missing, entries=sum(len(n.entries) for n in nodes))
+    return web.json_response(to_json(view))
 
 
 @routes.get("/v1/policies")

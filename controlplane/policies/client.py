@@ -1,4 +1,5 @@
-"""``controlplane policy push|list``: the policy versions of a running hub, through its API."""
+"""``controlplane policy push|list|rollout|promote|rollback|canary``: the policy versions of a
+running hub, through its API; ``policy collect``: the nodes' decision logs, for retraining."""
 
 from __future__ import annotations
 
@@ -12,7 +13,17 @@ from typing import Any
 from controlplane.client.http import ClientError, HubClient
 from controlplane.client.render import dump, table
 
-__all__ = ["VERBS", "canary", "configure_client", "list_policies", "promote", "push", "rollback", "rollout"]
+__all__ = [
+    "VERBS",
+    "canary",
+    "collect",
+    "configure_client",
+    "list_policies",
+    "promote",
+    "push",
+    "rollback",
+    "rollout",
+]
 
 _HEADER = ["VERSION", "STATE", "SHA256", "BYTES", "AGREEMENT", "REWARD", "VS", "CREATED", "DESCRIPTION"]
 
@@ -62,6 +73,18 @@ def configure_client(sub: Any) -> None:
     canary.add_argument("--min-samples", type=int, metavar="N", help="samples a step needs (default 30)")
     add_output_argument(canary)
     add_client_arguments(canary)
+    collect_parser = sub.add_parser(
+        "collect", help="collect the nodes' decision logs (noised rewards) into a JSON Lines file"
+    )
+    collect_parser.add_argument("--out", required=True, metavar="FILE", help="one JSON object per decision")
+    collect_parser.add_argument(
+        "--limit", type=int, default=1000, metavar="N", help="newest entries per node (1-10000; default 1000)"
+    )
+    collect_parser.add_argument("--nodes", metavar="A,B", help="these nodes only (default: every Ready node)")
+    collect_parser.add_argument(
+        "--deadline", type=float, default=5.0, metavar="S", help="seconds to wait for the nodes (default 5)"
+    )
+    add_client_arguments(collect_parser)
     rollback = sub.add_parser("rollback", help="take a version off every node")
     rollback.add_argument("version", help="a version (3 or v3)")
     rollback.add_argument("--reason", default="", help="why (recorded in the event)")
@@ -166,6 +189,31 @@ def rollback(client: HubClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def collect(client: HubClient, args: argparse.Namespace) -> int:
+    """Write every collected decision as one JSON line (its node and the node's epsilon added)."""
+    body: dict[str, Any] = {"limit": args.limit, "deadline_s": args.deadline}
+    if args.nodes:
+        body["nodes"] = _names(args.nodes)
+    logs = client.call("POST", "/v1/decision-logs", body).body
+    out = Path(args.out)
+    try:
+        with out.open("w", encoding="utf-8") as f:
+            for node in logs["nodes"]:
+                for entry in node["entries"]:
+                    f.write(json.dumps({"node": node["node"], "epsilon": node["epsilon"], **entry}) + "\n")
+    except OSError as exc:
+        raise ClientError(f"cannot write {out}: {exc.strerror or exc}") from None
+    nodes = logs["nodes"]
+    truncated = [n["node"] for n in nodes if n["truncated"]]
+    print(
+        f"collected {logs['entries']} decisions from {len(nodes)} node(s) into {out}"
+        + (f"; truncated (did not fit one message): {', '.join(truncated)}" if truncated else "")
+    )
+    for missing in logs["missing"]:
+        print(f"  {missing['node']}: nothing collected ({missing['reason']})", file=sys.stderr)
+    return 0
+
+
 def canary(client: HubClient, args: argparse.Namespace) -> int:
     if args.status:
         status = client.get(_path(args.version, "canary"))
@@ -206,4 +254,5 @@ VERBS = {
     "promote": promote,
     "rollback": rollback,
     "canary": canary,
+    "collect": collect,
 }

@@ -10,6 +10,8 @@ eval, bench), and keep its versions in a running hub (push, list, rollout, promo
 * ``eval``: the shipped models against the heuristic and baselines on held-out seeds;
   ``eval --algo ppo --model DIR``: a PPO run against the heuristic on held-out episodes;
 * ``bench``: decision latency on one pinned CPU (:mod:`controlplane.policy.bench`);
+* ``field-log`` / ``finetune``: the placement policy's field experience, logged with noised
+  rewards, and an offline fine-tune from it (:mod:`controlplane.policy.field_cli`);
 * ``push`` / ``list`` / ``rollout`` / ``promote`` / ``rollback``: a running hub's policy
   versions (:mod:`controlplane.policies.client`; the checks are the hub's,
   :mod:`controlplane.policies.check`).
@@ -86,9 +88,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--algo", choices=("distil", "ppo"), default="distil", help="distil: the shipped model; ppo: --model"
     )
     _ppo_eval_options(ev)
-    from controlplane.policy import bench
+    from controlplane.policy import bench, field_cli
 
     bench.configure(sub)
+    field_cli.configure(sub)
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -468,6 +471,10 @@ def run(args: argparse.Namespace) -> int:
         from controlplane.commands.client_options import run_verb
 
         return run_verb(args, VERBS[command])
+    from controlplane.policy import field_cli
+
+    if command in field_cli.COMMANDS:
+        return field_cli.run(args)
     if command == "train":
         return _train(args)
     if command == "export":

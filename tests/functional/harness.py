@@ -294,6 +294,7 @@ _PASS_THROUGH = {
     "hub_public_key",
     "nats_tls",
     "metrics_listen",
+    "privacy_epsilon",
 }
 
 

@@ -37,6 +37,9 @@ from controlplane.api.views.policies import (
     CanaryGroups,
     CanarySamples,
     CanaryStatus,
+    DecisionLogs,
+    MissingLog,
+    NodeDecisionLog,
     Policy,
     PolicyEvaluation,
     PolicyList,
@@ -60,6 +63,7 @@ __all__ = [
     "CanaryStatus",
     "Cluster",
     "ClusterList",
+    "DecisionLogs",
     "Deleted",
     "DeletedNode",
     "Event",
@@ -71,7 +75,9 @@ __all__ = [
     "Invocation",
     "JoinReply",
     "Liveness",
+    "MissingLog",
     "Node",
+    "NodeDecisionLog",
     "NodePage",
     "Placement",
     "PlacementExplanation",
@@ -129,6 +135,9 @@ RESPONSE_MODELS: tuple[type, ...] = (
     CanaryGroups,
     CanarySamples,
     CanaryStatus,
+    NodeDecisionLog,
+    MissingLog,
+    DecisionLogs,
 )
 # The stored specs a response carries have components of their own (openapi.py adds them).
 _COMPONENTS: dict[Any, str] = {

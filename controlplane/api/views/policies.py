@@ -13,6 +13,9 @@ __all__ = [
     "CanaryGroups",
     "CanarySamples",
     "CanaryStatus",
+    "DecisionLogs",
+    "MissingLog",
+    "NodeDecisionLog",
     "Policy",
     "PolicyEvaluation",
     "PolicyList",
@@ -138,3 +141,34 @@ class CanaryStatus:
             nodes=list(d["nodes"]),
             failure=d["failure"],
         )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDecisionLog:
+    """One node's decision log, as its agent sent it (rewards already Laplace-noised there)."""
+
+    node: str
+    epsilon: Annotated[float, {"description": "the Laplace epsilon the node noised its rewards for"}]
+    truncated: Annotated[bool, {"description": "fewer entries than asked: the rest did not fit one message"}]
+    entries: Annotated[
+        list[dict[str, Any]],
+        {
+            "description": "oldest first: t, request_id, workload_id, replica, state, offer, weights, "
+            "action, decline, expected_reward (noised), source, purpose"
+        },
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class MissingLog:
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionLogs:
+    """``POST /v1/decision-logs``: the logs collected now, and the nodes that gave none."""
+
+    nodes: list[NodeDecisionLog]
+    missing: list[MissingLog]
+    entries: Annotated[int, {"description": "entries in all"}]

@@ -88,6 +88,25 @@ async def _samples() -> dict[type, list[Any]]:
     controller = CanaryController(RolloutConfig(steps=(0.5, 1.0), dwell_s=0, min_samples=1, recent=1))
     controller.observe("control", 0.1, 1.0)
     controller.observe("canary", 0.05, 2.0)
+    entry = {
+        "t": 1.5,
+        "request_id": "r1",
+        "workload_id": "w1",
+        "replica": 0,
+        "state": {"cpu_free": 2.0},
+        "offer": {"cpu": 0.5},
+        "weights": [1.0, 2.0, 1.0, 4.0],
+        "action": 3,
+        "decline": False,
+        "expected_reward": -3.25,
+        "source": "onnx",
+        "purpose": "bid",
+    }
+    logs = views.DecisionLogs(
+        nodes=[views.NodeDecisionLog("n1", 0.1, False, [entry]), views.NodeDecisionLog("n2", 1.0, True, [])],
+        missing=[views.MissingLog("n3", "no answer within 5 s")],
+        entries=1,
+    )
     canary = views.CanaryStatus.of(
         {
             "version": 3,
@@ -214,8 +233,11 @@ async def _samples() -> dict[type, list[Any]]:
         views.PolicyList([policy], 1),
         views.PolicyRolloutResult(version=2, nodes=["n1", "n2"], changed=["n2"]),
         canary,
+        logs,
     ]
     nested = [
+        *logs.nodes,
+        *logs.missing,
         policy.evaluation,
         canary.samples,
         canary.scores,
