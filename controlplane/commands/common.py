@@ -7,6 +7,7 @@ import logging
 import os
 import ssl
 import sys
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -142,6 +143,12 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         default=15.0,
         help="PostgreSQL: how long the active hub's lease session may be silent before a standby "
         "ends it and takes over (default 15; docs/operations.md)",
+    )
+    parser.add_argument(
+        "--advertise-url",
+        metavar="URL",
+        help="PostgreSQL: where the other hub replicas reach this hub's API while it leads (they "
+        "forward requests there; default http(s)://HOST:PORT, 127.0.0.1 for a wildcard HOST)",
     )
     parser.add_argument(
         "--nats-connect-timeout",
@@ -309,6 +316,11 @@ def check_function_policy(args: argparse.Namespace) -> None:
         raise ConfigError("<command line>", "--nats-connect-timeout", "must be in (0, 3600] seconds")
     if not 5 <= args.hub_lease_s <= 600:
         raise ConfigError("<command line>", "--hub-lease-s", "must be between 5 and 600 seconds")
+    advertised = getattr(args, "advertise_url", None)
+    if advertised is not None:
+        parsed = urllib.parse.urlsplit(advertised)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.path.strip("/"):
+            raise ConfigError("<command line>", "--advertise-url", "must be http(s)://HOST:PORT (no path)")
     if args.lease_missed < 1:
         raise ConfigError("<command line>", "--lease-missed", "must be at least 1")
 

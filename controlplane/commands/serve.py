@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ssl
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from controlplane.commands.common import (
     NatsSetup,
@@ -86,23 +87,64 @@ async def _serve(
     from controlplane.federation.config import FederationConfig
 
     assert isinstance(federation, FederationConfig)
-    # One active hub per store: refused at once on SQLite, a standby on PostgreSQL.
+    # One active hub per store: refused at once on SQLite, a standby on PostgreSQL that forwards
+    # the API to the leading hub until it takes over.
     standby: list[web.AppRunner] = []
+    engines: list[Any] = []
 
-    async def answer_as_standby() -> None:  # alive (/livez), not ready, 503 elsewhere
-        standby.append(await start_standby_site(args.host, args.port, ssl_context))
+    async def answer_as_standby() -> None:  # alive (/livez), not ready, the API forwarded
+        from controlplane.coordination.fencing import current_leader
+        from controlplane.store.db import create_engine
+
+        engine = create_engine(database_url(args))
+        engines.append(engine)
+
+        async def leader() -> str | None:
+            found = await current_leader(engine)
+            return found.api_url if found is not None else None
+
+        standby.append(
+            await start_standby_site(
+                args.host, args.port, ssl_context, leader=leader, client_ssl=_leader_ssl(args)
+            )
+        )
+
+    async def close_standby() -> None:
+        for site in standby:
+            await site.cleanup()
+        standby.clear()
+        for engine in engines:
+            await engine.dispose()
+        engines.clear()
 
     try:
         async with held_hub_lease(
             database_url(args), stale_s=args.hub_lease_s, on_standby=answer_as_standby
         ) as lease:
-            for site in standby:
-                await site.cleanup()
-            standby.clear()
+            await close_standby()
             return await _serve_with_lease(args, federation, auth, ssl_context, nats, extender, cipher, lease)
     finally:
-        for site in standby:
-            await site.cleanup()
+        await close_standby()
+
+
+def _advertised(args: argparse.Namespace, ssl_context: ssl.SSLContext | None) -> str:
+    """Where the other replicas reach this hub's API (``--advertise-url``, else HOST:PORT)."""
+    if args.advertise_url:
+        return str(args.advertise_url).rstrip("/")
+    host = "127.0.0.1" if args.host in ("", "0.0.0.0") else "::1" if args.host == "::" else args.host
+    host = f"[{host}]" if ":" in host else host
+    return f"{'https' if ssl_context is not None else 'http'}://{host}:{args.port}"
+
+
+def _leader_ssl(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """How a standby checks an https leader: the system's CAs and this replica's own certificate
+    (replicas usually share one; a private CA goes in the system store or SSL_CERT_FILE)."""
+    if not args.tls_cert:
+        return None
+    context = ssl.create_default_context()
+    with contextlib.suppress(OSError, ssl.SSLError):
+        context.load_verify_locations(cafile=args.tls_cert)
+    return context
 
 
 async def _serve_with_lease(
@@ -131,6 +173,7 @@ async def _serve_with_lease(
             nats_authority=nats.authority,
             extender=extender,
             env_cipher=cipher,
+            lead_as=_advertised(args, ssl_context) if lease.kind == "postgresql" else None,
         )
         running.hub.fence = lease.confirm
         if nats.authority is not None:  # nodes enrolled before this start
@@ -146,11 +189,23 @@ async def _serve_with_lease(
         stop = asyncio.Event()
         stop_on_signal(stop)
         lease.stop_when_lost(stop)
+        fenced = running.fence.fenced if running.fence is not None else asyncio.Event()
+        watch = asyncio.create_task(_stop_when(fenced, stop))
         try:
             await stop.wait()
         finally:
+            watch.cancel()
             await running.stop()
     finally:
         if nats_server is not None:
             nats_server.stop()
-    return 1 if lease.lost.is_set() else 0
+    if fenced.is_set():
+        print(
+            "controlplane: another hub leads the store now (this hub was fenced): this hub stops", flush=True
+        )
+    return 1 if lease.lost.is_set() or fenced.is_set() else 0
+
+
+async def _stop_when(event: asyncio.Event, stop: asyncio.Event) -> None:
+    await event.wait()
+    stop.set()

@@ -1,49 +1,166 @@
 """What a standby hub answers on the API's port while another hub holds the store's lease.
 
-A standby is alive but not ready: ``GET /livez`` is 200 (a Kubernetes livenessProbe leaves it
-running), ``GET /readyz`` and ``GET /healthz`` are 503 (a Service or load balancer sends it no
-traffic), and every other request is 503 ``unavailable`` with ``Retry-After`` and a JSON body
-that says why, as the API's errors do. Once the lease is acquired the site is closed and the hub
-serves the port.
+Every replica serves the API: a standby forwards each request to the leading hub, whose address
+the store's leadership row names (``fencing.py``), and streams its answer back, status, headers
+and body as they are (hop-by-hop headers aside). The leader authenticates and authorises as for
+any client. While no leader answers (it died and no replica has taken over yet, or it is frozen)
+the standby says so: 503 ``unavailable`` with ``Retry-After`` and a JSON body, as the API's
+errors do.
+
+A standby's own probes stay its own: ``GET /livez`` is 200 (a livenessProbe leaves it running),
+``GET /readyz`` and ``GET /healthz`` are 503 with ``"role": "standby"`` and the leader's address
+(a Service that must reach the leader directly sends it nothing; one in front of all replicas
+checks ``/livez``). Once the lease is acquired the site is closed and the hub serves the port.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import ssl
+import time
+from collections.abc import Awaitable, Callable
 
+import aiohttp
 from aiohttp import web
 
 from controlplane.errors import StartupError, UnavailableError, error_body
 
-__all__ = ["RETRY_AFTER_S", "start_standby_site"]
+__all__ = ["FORWARD_TIMEOUT_S", "RETRY_AFTER_S", "LeaderLookup", "start_standby_site"]
+
+log = logging.getLogger("edgeplane.hub")
 
 RETRY_AFTER_S = 2
+FORWARD_TIMEOUT_S = 120.0  # a synchronous invocation may take its function's whole timeout
+CONNECT_TIMEOUT_S = 2.0
+LEADER_CACHE_S = 1.0
 
-_STANDBY = UnavailableError("this hub is a standby: another hub is active on this store; retry shortly")
+LeaderLookup = Callable[[], Awaitable[str | None]]
+"""The leading hub's API address as the store names it now (None: no hub leads yet)."""
+
+# Not forwarded either way (RFC 9110 7.6.1), and what the client library sets itself.
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+
+_NO_LEADER = UnavailableError(
+    "this hub is a standby and no leading hub answers now (one is taking over); retry shortly"
+)
+
+
+def _unavailable(error: UnavailableError = _NO_LEADER) -> web.Response:
+    return web.json_response(error_body(error), status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 async def _livez(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-async def _not_ready(request: web.Request) -> web.Response:
-    body = {"status": "unavailable", "database": True, "nats": False, "hub": False, "down": ["nats", "hub"]}
-    return web.json_response(body, status=503)
+class _Forwarder:
+    def __init__(self, leader: LeaderLookup | None, client_ssl: ssl.SSLContext | None) -> None:
+        self._leader = leader
+        self._ssl = client_ssl
+        self._known: tuple[float, str | None] = (float("-inf"), None)
+        self._session: aiohttp.ClientSession | None = None
 
+    async def leader_url(self) -> str | None:
+        at, url = self._known
+        if self._leader is None:
+            return None
+        if time.monotonic() - at > LEADER_CACHE_S:
+            try:
+                url = await asyncio.wait_for(self._leader(), timeout=CONNECT_TIMEOUT_S)
+            except Exception as exc:  # the store is away: nobody to forward to now
+                log.debug("standby: the leader's address could not be read: %s", exc)
+                url = None
+            self._known = (time.monotonic(), url)
+        return url
 
-async def _elsewhere(request: web.Request) -> web.Response:
-    return web.json_response(error_body(_STANDBY), status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+    async def not_ready(self, request: web.Request) -> web.Response:
+        body = {
+            "status": "unavailable",
+            "role": "standby",
+            "leader": await self.leader_url(),
+            "database": True,
+            "nats": False,
+            "hub": False,
+            "down": ["nats", "hub"],
+        }
+        return web.json_response(body, status=503)
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        url = await self.leader_url()
+        if url is None:
+            return _unavailable()
+        if self._session is None:
+            timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+            self._session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        peer = request.remote or ""
+        headers["X-Forwarded-For"] = ", ".join(x for x in (request.headers.get("X-Forwarded-For"), peer) if x)
+        headers["Via"] = "1.1 edgeplane-standby"
+        body = await request.read()
+        try:
+            async with self._session.request(
+                request.method,
+                url + request.rel_url.path_qs,
+                headers=headers,
+                data=body if body else None,
+                allow_redirects=False,
+                ssl=self._ssl if self._ssl is not None and url.startswith("https://") else True,
+            ) as upstream:
+                reply = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+                for key, value in upstream.headers.items():
+                    if key.lower() not in _HOP_BY_HOP:
+                        reply.headers.add(key, value)
+                await reply.prepare(request)
+                async for chunk in upstream.content.iter_chunked(64 * 1024):
+                    await reply.write(chunk)
+                await reply.write_eof()
+                return reply
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self._known = (float("-inf"), None)  # ask the store again next time
+            log.info("standby: the leading hub at %s did not answer: %s", url, type(exc).__name__)
+            return _unavailable()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
 
 
 async def start_standby_site(
-    host: str, port: int, ssl_context: ssl.SSLContext | None = None
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None = None,
+    *,
+    leader: LeaderLookup | None = None,
+    client_ssl: ssl.SSLContext | None = None,
 ) -> web.AppRunner:
-    """Serve the standby's answers on ``host:port``; :class:`StartupError` if it cannot bind."""
-    app = web.Application()
+    """Serve the standby's answers on ``host:port``; :class:`StartupError` if it cannot bind.
+    ``leader``: where to forward the API (None: answer 503 to everything but the probes);
+    ``client_ssl``: how to verify an ``https`` leader."""
+    forwarder = _Forwarder(leader, client_ssl)
+    app = web.Application(client_max_size=2 * 1024**2)
     app.router.add_get("/livez", _livez)
-    app.router.add_get("/readyz", _not_ready)
-    app.router.add_get("/healthz", _not_ready)
-    app.router.add_route("*", "/{tail:.*}", _elsewhere)
+    app.router.add_get("/readyz", forwarder.not_ready)
+    app.router.add_get("/healthz", forwarder.not_ready)
+    app.router.add_route("*", "/{tail:.*}", forwarder.forward)
+
+    async def close_client(_app: web.Application) -> None:
+        await forwarder.close()
+
+    app.on_cleanup.append(close_client)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:

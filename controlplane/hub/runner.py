@@ -17,6 +17,7 @@ from controlplane.api.app import create_app
 from controlplane.api.auth import AuthSettings
 from controlplane.bus.authority import NatsAuthority
 from controlplane.bus.hub_bus import HubBus
+from controlplane.coordination.fencing import Fence, check_in_transaction, claim_leadership
 from controlplane.errors import StartupError
 from controlplane.extender.app import RunningExtender, start_extender
 from controlplane.extender.settings import ExtenderSettings
@@ -89,6 +90,8 @@ class RunningHub:
         self.url = url
         self.extender = extender
         """The Kubernetes scheduler extender's listener, when asked for."""
+        self.fence: Fence | None = None
+        """The leadership generation it claimed (``start_hub(lead_as=...)``), else None."""
 
     async def stop(self) -> None:
         if self.extender is not None:
@@ -110,15 +113,29 @@ async def start_hub(
     nats_authority: NatsAuthority | None = None,
     extender: ExtenderSettings | None = None,
     env_cipher: EnvCipher | None = None,
+    lead_as: str | None = None,
 ) -> RunningHub:
     """Open the store, start the hub, serve its API. ``nats_authority``: enrolment is possible
     (``POST /v1/join``) and the NATS server's user list follows the store's node credentials.
     ``extender``: also serve the Kubernetes scheduler extender on its own listener.
-    ``env_cipher``: seal workloads' and functions' ``env`` values at rest (store/secrets.py)."""
+    ``env_cipher``: seal workloads' and functions' ``env`` values at rest (store/secrets.py).
+    ``lead_as``: the API address other replicas forward to; given, the hub claims the store's
+    next leadership generation before it acts and every write it commits is fenced by it
+    (``coordination/fencing.py``; a shared PostgreSQL store: the caller holds the hub lease), and
+    ``RunningHub.fence`` says when another hub has taken over."""
     try:
         store = await Store.open(database_url, env_cipher=env_cipher)
     except Exception as exc:  # a bad URL, an unreachable server, a failed migration
         raise StartupError(f"cannot open the store at {mask_url(database_url)}: {_reason(exc)}") from exc
+    fence: Fence | None = None
+    if lead_as is not None:
+        try:
+            fence = await claim_leadership(store.engine, hub_id=settings.hub_id, api_url=lead_as)
+        except Exception as exc:
+            await store.close()
+            raise StartupError(f"cannot take the store's leadership: {_reason(exc)}") from exc
+        claimed = fence
+        store.commit_check = lambda session: check_in_transaction(session, claimed)
     hub = hub_factory(settings, store)
     try:
         await hub.start()
@@ -141,6 +158,7 @@ async def start_hub(
     bound = server.sockets[0].getsockname()[1] if server and server.sockets else port
     scheme = "https" if ssl_context is not None else "http"
     running = RunningHub(hub, runner, f"{scheme}://{host}:{bound}")
+    running.fence = fence
     if extender is not None:
         try:
             running.extender = await start_extender(extender, _scheduler_of(hub))

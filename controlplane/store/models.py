@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from controlplane.store.secrets import SealedSpec
@@ -19,6 +19,7 @@ __all__ = [
     "ClusterRow",
     "EventRow",
     "FunctionRow",
+    "HubLeadershipRow",
     "InvocationRow",
     "JoinTokenRow",
     "NodeCredentialRow",
@@ -264,3 +265,18 @@ class PolicyAssignmentRow(Base):
     version: Mapped[int] = mapped_column(ForeignKey("policies.version"), index=True)
     assigned_at: Mapped[float] = mapped_column(Float)
     assigned_by: Mapped[str] = mapped_column(String(63))
+
+
+class HubLeadershipRow(Base):
+    """The one row (``id`` 1) naming the hub that leads a shared (PostgreSQL) store: each new
+    leader takes the next ``generation``, and every write it commits checks it still holds that
+    generation (``controlplane/coordination/fencing.py``); ``api_url`` is where the other
+    replicas forward the API to."""
+
+    __tablename__ = "hub_leadership"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    generation: Mapped[int] = mapped_column(BigInteger)
+    hub_id: Mapped[str] = mapped_column(String(63))
+    api_url: Mapped[str] = mapped_column(String(255))
+    since: Mapped[float] = mapped_column(Float)

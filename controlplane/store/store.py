@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -57,6 +57,16 @@ def _write_events(session: Session) -> None:
         session.execute(insert(EventRow), rows)
 
 
+@event.listens_for(_WriteTrackingSession, "before_commit")
+def _check_before_commit(session: Session) -> None:
+    """A transaction with a write in it runs the store's ``commit_check`` last (fencing: a hub
+    that no longer leads a shared store must not commit, ``coordination/fencing.py``)."""
+    store = session.info.get("store")
+    check = store.commit_check if store is not None else None
+    if check is not None and (session.info.get("wrote") or session.new or session.dirty or session.deleted):
+        check(session)
+
+
 @event.listens_for(_WriteTrackingSession, "after_rollback")
 def _drop_events(session: Session) -> None:
     session.info.pop(_EVENTS, None)
@@ -72,8 +82,11 @@ class Store:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self._sessions = async_sessionmaker(
-            engine, expire_on_commit=False, sync_session_class=_WriteTrackingSession
+            engine, expire_on_commit=False, sync_session_class=_WriteTrackingSession, info={"store": self}
         )
+        # Run inside every transaction that writes, just before it commits (None: nothing): the
+        # leader's fence on a shared store. It may raise to roll the transaction back.
+        self.commit_check: Callable[[Session], None] | None = None
         self.health = WriteHealth()
         self._probed_at = 0.0
 

@@ -139,16 +139,28 @@ async def test_a_standby_on_postgresql_takes_over_when_the_active_hub_is_killed(
                 return b_log.read_text()
 
             await wait_for(standby_log, lambda text: "standby" in text, timeout=30)
-            # A standby is alive but not ready, and says so to every other request.
+            # A standby is alive but not ready itself, and forwards the API to the leader, which
+            # authenticates as for any client.
             standby = f"http://127.0.0.1:{b_port}"
-            assert await _get(session, standby + "/livez") == (200, {"status": "ok"})
+            await wait_for(lambda: _get(session, standby + "/livez"), lambda r: r == (200, {"status": "ok"}))
             status, body = await _get(session, standby + "/readyz")
             assert status == 503 and "hub" in body["down"], body
+            assert body["role"] == "standby" and body["leader"] == f"http://127.0.0.1:{a_port}", body
             async with session.post(
                 standby + "/v1/workloads", json={"name": "x", "command": ["true"]}
             ) as resp:
-                assert resp.status == 503 and resp.headers["Retry-After"] == "2"
-                assert (await resp.json())["error"]["code"] == "unavailable"
+                assert resp.status == 401, await resp.text()  # the leader's answer: no token
+            async with session.post(
+                standby + "/v1/workloads",
+                json={"name": "via-standby", "command": ["true"]},
+                headers={"Authorization": f"Bearer {token}"},
+            ) as resp:
+                assert resp.status == 201, await resp.text()
+                forwarded = (await resp.json())["id"]
+            status, body = await _get(session, f"http://127.0.0.1:{a_port}/v1/workloads/{forwarded}", token)
+            assert status == 200 and body["name"] == "via-standby", body
+            status, body = await _get(session, f"{standby}/v1/workloads/{workload}", token)
+            assert status == 200 and body["name"] == "kept", body
             assert b.poll() is None
 
             os.kill(a.pid, signal.SIGKILL)
