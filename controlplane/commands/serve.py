@@ -117,6 +117,7 @@ async def _serve(
             await engine.dispose()
         engines.clear()
 
+    await _check_secrets_key(database_url(args), cipher)
     try:
         async with held_hub_lease(
             database_url(args), stale_s=args.hub_lease_s, on_standby=answer_as_standby
@@ -125,6 +126,25 @@ async def _serve(
             return await _serve_with_lease(args, federation, auth, ssl_context, nats, extender, cipher, lease)
     finally:
         await close_standby()
+
+
+async def _check_secrets_key(url: str, cipher: EnvCipher) -> None:
+    """On a shared (PostgreSQL) store, fail at start, not at a takeover hours later, when this
+    replica's secrets key cannot open what the others sealed (replicas share one key)."""
+    if not url.startswith("postgres"):
+        return
+    from controlplane.errors import StartupError
+    from controlplane.store.secrets import SecretsKeyError
+    from controlplane.store.store import Store
+
+    try:
+        store = await Store.open(url, run_migrations=False, env_cipher=cipher)
+    except SecretsKeyError as exc:
+        why = f"{exc} (every hub replica needs the same --secrets-key)"
+        raise StartupError(f"cannot open the store at {mask_url(url)}: {why}") from exc
+    except Exception:  # a fresh store (no tables yet) or one away: the lease will say what is wrong
+        return
+    await store.close()
 
 
 def _advertised(args: argparse.Namespace, ssl_context: ssl.SSLContext | None) -> str:

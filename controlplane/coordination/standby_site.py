@@ -16,6 +16,7 @@ checks ``/livez``). Once the lease is acquired the site is closed and the hub se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import time
@@ -73,6 +74,7 @@ class _Forwarder:
         self._ssl = client_ssl
         self._known: tuple[float, str | None] = (float("-inf"), None)
         self._session: aiohttp.ClientSession | None = None
+        self.closing = asyncio.Event()
 
     async def leader_url(self) -> str | None:
         at, url = self._known
@@ -100,6 +102,8 @@ class _Forwarder:
         return web.json_response(body, status=503)
 
     async def forward(self, request: web.Request) -> web.StreamResponse:
+        if self.closing.is_set():
+            return _unavailable()
         url = await self.leader_url()
         if url is None:
             return _unavailable()
@@ -111,28 +115,49 @@ class _Forwarder:
         headers["X-Forwarded-For"] = ", ".join(x for x in (request.headers.get("X-Forwarded-For"), peer) if x)
         headers["Via"] = "1.1 edgeplane-standby"
         body = await request.read()
-        try:
-            async with self._session.request(
+        opening = asyncio.ensure_future(
+            self._session.request(
                 request.method,
                 url + request.rel_url.path_qs,
                 headers=headers,
                 data=body if body else None,
                 allow_redirects=False,
                 ssl=self._ssl if self._ssl is not None and url.startswith("https://") else True,
-            ) as upstream:
-                reply = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-                for key, value in upstream.headers.items():
-                    if key.lower() not in _HOP_BY_HOP:
-                        reply.headers.add(key, value)
-                await reply.prepare(request)
-                async for chunk in upstream.content.iter_chunked(64 * 1024):
-                    await reply.write(chunk)
-                await reply.write_eof()
-                return reply
+            )
+        )
+        closing = asyncio.ensure_future(self.closing.wait())
+        try:
+            # A standby that takes over closes this site: requests still waiting for a frozen
+            # leader's answer get a 503 now instead of holding the takeover up.
+            await asyncio.wait({opening, closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+        if not opening.done():
+            opening.cancel()
+            with contextlib.suppress(BaseException):
+                await opening
+            return _unavailable()
+        try:
+            upstream = opening.result()
         except (aiohttp.ClientError, TimeoutError) as exc:
             self._known = (float("-inf"), None)  # ask the store again next time
             log.info("standby: the leading hub at %s did not answer: %s", url, type(exc).__name__)
             return _unavailable()
+        try:
+            reply = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for key, value in upstream.headers.items():
+                if key.lower() not in _HOP_BY_HOP:
+                    reply.headers.add(key, value)
+            await reply.prepare(request)
+            async for chunk in upstream.content.iter_chunked(64 * 1024):
+                await reply.write(chunk)
+            await reply.write_eof()
+            return reply
+        except (aiohttp.ClientError, TimeoutError) as exc:  # the answer broke off mid-way
+            log.info("standby: the leading hub's answer from %s broke off: %s", url, type(exc).__name__)
+            raise
+        finally:
+            upstream.release()
 
     async def close(self) -> None:
         if self._session is not None:
@@ -157,9 +182,13 @@ async def start_standby_site(
     app.router.add_get("/healthz", forwarder.not_ready)
     app.router.add_route("*", "/{tail:.*}", forwarder.forward)
 
+    async def stop_forwarding(_app: web.Application) -> None:  # before the site waits for handlers
+        forwarder.closing.set()
+
     async def close_client(_app: web.Application) -> None:
         await forwarder.close()
 
+    app.on_shutdown.append(stop_forwarding)
     app.on_cleanup.append(close_client)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

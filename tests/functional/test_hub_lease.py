@@ -9,6 +9,7 @@ becomes the active hub within seconds of the first one's
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -46,10 +47,14 @@ def _stop(process: subprocess.Popen[str]) -> None:
             process.wait(timeout=5)
 
 
-async def _get(session: aiohttp.ClientSession, url: str, token: str | None = None) -> tuple[int, Any]:
+async def _get(
+    session: aiohttp.ClientSession, url: str, token: str | None = None, *, timeout_s: float = 5.0
+) -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=5)) as response:
+        async with session.get(
+            url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as response:
             return response.status, await response.json()
     except (aiohttp.ClientError, TimeoutError) as exc:
         return 0, repr(exc)
@@ -249,11 +254,19 @@ async def test_a_frozen_active_hub_is_replaced_and_stops_when_it_wakes(nats_serv
             assert "silent for" not in b_log.read_text() and "this hub stops" not in a_log.read_text()
             os.kill(a.pid, signal.SIGSTOP)
             frozen = time.monotonic()
+            # A request b forwards to the frozen a waits for it: b's takeover must not wait for it
+            # in turn (it answers 503 + Retry-After, and the client asks again).
+            token = (tmp_path / "a" / "admin.token").read_text().strip()
+            waiting = asyncio.create_task(
+                _get(session, f"http://127.0.0.1:{b_port}/v1/nodes", token, timeout_s=60)
+            )
             await wait_for(
                 lambda: _get(session, f"http://127.0.0.1:{b_port}/readyz"), lambda r: r[0] == 200, timeout=30
             )
             took = time.monotonic() - frozen
             assert 5 <= took < 15, took
+            status, body = await asyncio.wait_for(waiting, 10)
+            assert status == 503 and body["error"]["code"] == "unavailable", body
             assert "silent for" in b_log.read_text()
             os.kill(a.pid, signal.SIGCONT)
             assert a.wait(timeout=20) == 1
@@ -266,3 +279,58 @@ async def test_a_frozen_active_hub_is_replaced_and_stops_when_it_wakes(nats_serv
         _stop(a)
         if b is not None:
             _stop(b)
+
+
+async def test_a_replica_whose_secrets_key_cannot_open_the_store_is_refused_at_start(
+    nats_server, postgres_url, tmp_path
+):
+    """Replicas share one --secrets-key: one with another key would fail only when it took over
+    (every replica at once, after the leader died), so it is refused at its start, in one line."""
+    url = postgres_url.replace("postgresql+asyncpg://", "postgresql://")
+    a_port = free_port()
+    a, _ = _serve(
+        tmp_path, "a", nats_server.url, a_port, "--data-dir", str(tmp_path / "a"), "--database-url", url
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+            await wait_for(
+                lambda: _get(session, f"http://127.0.0.1:{a_port}/readyz"), lambda r: r[0] == 200, timeout=60
+            )
+            token = (tmp_path / "a" / "admin.token").read_text().strip()
+            async with session.post(
+                f"http://127.0.0.1:{a_port}/v1/workloads",
+                json={"name": "sealed", "command": ["true"], "env": {"SECRET": "s3cret"}},
+                headers={"Authorization": f"Bearer {token}"},
+            ) as response:
+                assert response.status == 201, await response.text()
+        b, b_log = _serve(
+            tmp_path,
+            "b",
+            nats_server.url,
+            free_port(),
+            "--data-dir",
+            str(tmp_path / "b"),
+            "--database-url",
+            url,
+        )
+        assert b.wait(timeout=60) == 1
+        lines = b_log.read_text().strip().splitlines()
+        assert len(lines) == 1 and "needs the same --secrets-key" in lines[0], lines
+        assert "s3cret" not in b_log.read_text()
+        # With the leader's key it stands by.
+        same_key = ("--secrets-key", str(tmp_path / "a" / "secrets.key"))
+        c_dir = str(tmp_path / "c")
+        c, c_log = _serve(
+            tmp_path, "c", nats_server.url, free_port(), "--data-dir", c_dir, "--database-url", url, *same_key
+        )
+        try:
+
+            async def c_said() -> str:
+                return c_log.read_text()
+
+            await wait_for(c_said, lambda text: "standby" in text, timeout=30)
+            assert c.poll() is None
+        finally:
+            _stop(c)
+    finally:
+        _stop(a)
