@@ -67,6 +67,8 @@ class FencedError(UnavailableError):
         )
         self.mine = mine
         self.current = current
+        # The request did nothing; asked again, it reaches the leader (through a standby).
+        self.headers["Retry-After"] = str(self.RETRY_AFTER_S)
 
 
 @dataclass(slots=True)

@@ -39,9 +39,10 @@ async def test_the_old_leaders_writes_roll_back_once_a_new_leader_claims(postgre
         leader = await current_leader(new.engine)
         assert leader is not None and (leader.hub_id, leader.api_url) == ("hub-b", "http://hub-b:8080")
 
-        with pytest.raises(FencedError, match="generation 1, the store's 2"):
+        with pytest.raises(FencedError, match="generation 1, the store's 2") as fenced:
             async with old.session() as s:
                 s.add(_cluster("after"))
+        assert fenced.value.http_status == 503 and fenced.value.headers["Retry-After"] == "2"
         assert old_fence.fenced.is_set()
         async with old.session() as s:  # reads still work: only writes are fenced
             names = set(await s.scalars(select(ClusterRow.name)))
@@ -85,7 +86,7 @@ async def test_a_claim_ends_a_frozen_leaders_checked_transaction_and_it_never_co
         assert fence.generation == 2
         assert time.monotonic() - started < 10
         resume.set()
-        with pytest.raises(DBAPIError, match=r"terminat|connection"):  # its backend was ended
+        with pytest.raises(DBAPIError):  # its backend was ended: the commit fails, whatever the wording
             await asyncio.wait_for(task, 10)
         async with new.session() as s:
             assert "frozen" not in set(await s.scalars(select(ClusterRow.name)))
