@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import ssl
@@ -234,6 +235,21 @@ def join_token_ttl(text: str, *, prog: str) -> float | None:
     if ttl is None:
         print(f"{prog}: --ttl: join tokens always expire", file=sys.stderr)
     return ttl
+
+
+def advertised_url(args: argparse.Namespace, ssl_context: ssl.SSLContext | None) -> str:
+    """Where the other replicas reach this hub's API (``--advertise-url``, else HOST:PORT)."""
+    if args.advertise_url:
+        return str(args.advertise_url).rstrip("/")
+    host = "127.0.0.1" if args.host in ("", "0.0.0.0") else "::1" if args.host == "::" else args.host
+    host = f"[{host}]" if ":" in host else host
+    return f"{'https' if ssl_context is not None else 'http'}://{host}:{args.port}"
+
+
+async def stop_when(event: asyncio.Event, stop: asyncio.Event) -> None:
+    """Set ``stop`` once ``event`` is set (e.g. the hub was fenced: another hub leads the store)."""
+    await event.wait()
+    stop.set()
 
 
 def database_url(args: argparse.Namespace) -> str:

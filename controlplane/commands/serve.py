@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from controlplane.commands.common import (
     NatsSetup,
     add_hub_arguments,
+    advertised_url,
     api_auth,
     api_ssl_context,
     check_function_policy,
@@ -25,6 +26,7 @@ from controlplane.commands.common import (
     nats_setup,
     setup_logging,
     start_embedded_nats,
+    stop_when,
 )
 from controlplane.commands.data_dir import private_data_dir
 
@@ -147,15 +149,6 @@ async def _check_secrets_key(url: str, cipher: EnvCipher) -> None:
     await store.close()
 
 
-def _advertised(args: argparse.Namespace, ssl_context: ssl.SSLContext | None) -> str:
-    """Where the other replicas reach this hub's API (``--advertise-url``, else HOST:PORT)."""
-    if args.advertise_url:
-        return str(args.advertise_url).rstrip("/")
-    host = "127.0.0.1" if args.host in ("", "0.0.0.0") else "::1" if args.host == "::" else args.host
-    host = f"[{host}]" if ":" in host else host
-    return f"{'https' if ssl_context is not None else 'http'}://{host}:{args.port}"
-
-
 def _leader_ssl(args: argparse.Namespace) -> ssl.SSLContext | None:
     """How a standby checks an https leader: the system's CAs and this replica's own certificate
     (replicas usually share one; a private CA goes in the system store or SSL_CERT_FILE)."""
@@ -193,7 +186,7 @@ async def _serve_with_lease(
             nats_authority=nats.authority,
             extender=extender,
             env_cipher=cipher,
-            lead_as=_advertised(args, ssl_context) if lease.kind == "postgresql" else None,
+            lead_as=advertised_url(args, ssl_context) if lease.kind == "postgresql" else None,
         )
         running.hub.fence = lease.confirm
         if nats.authority is not None:  # nodes enrolled before this start
@@ -210,7 +203,7 @@ async def _serve_with_lease(
         stop_on_signal(stop)
         lease.stop_when_lost(stop)
         fenced = running.fence.fenced if running.fence is not None else asyncio.Event()
-        watch = asyncio.create_task(_stop_when(fenced, stop))
+        watch = asyncio.create_task(stop_when(fenced, stop))
         try:
             await stop.wait()
         finally:
@@ -224,8 +217,3 @@ async def _serve_with_lease(
             "controlplane: another hub leads the store now (this hub was fenced): this hub stops", flush=True
         )
     return 1 if lease.lost.is_set() or fenced.is_set() else 0
-
-
-async def _stop_when(event: asyncio.Event, stop: asyncio.Event) -> None:
-    await event.wait()
-    stop.set()

@@ -24,6 +24,7 @@ from controlplane.client.config import write_client_config
 from controlplane.commands.common import (
     NatsSetup,
     add_hub_arguments,
+    advertised_url,
     api_auth,
     api_ssl_context,
     check_free_port,
@@ -37,6 +38,7 @@ from controlplane.commands.common import (
     nats_setup,
     setup_logging,
     start_embedded_nats,
+    stop_when,
 )
 from controlplane.commands.data_dir import private_data_dir, sandboxes_dir
 
@@ -333,6 +335,7 @@ async def _up_with_lease(
             nats_authority=nats.authority,
             extender=extender,
             env_cipher=cipher,
+            lead_as=advertised_url(args, ssl_context) if lease.kind == "postgresql" else None,
         )
         running.hub.fence = lease.confirm
         if nats.authority is not None:  # nodes enrolled at an earlier start connect again
@@ -382,8 +385,13 @@ async def _up_with_lease(
         stop = asyncio.Event()
         stop_on_signal(stop)
         lease.stop_when_lost(stop)
+        if running.fence is not None:  # another hub took the store over (fenced): everything stops
+            watch = asyncio.create_task(stop_when(running.fence.fenced, stop))
         # Crashed agents are restarted with backoff; one that cannot start stops everything.
         status = await supervise(agents, stop)
+        if running.fence is not None:
+            watch.cancel()
+            status = 1 if running.fence.fenced.is_set() else status
         print("stopping...", flush=True)
     finally:
         for agent in agents:  # all at once: each stops its work within its grace period
