@@ -113,3 +113,51 @@ async def test_policy_collect_writes_one_json_line_per_decision(nats_server, sql
         )
         assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
         assert "limit" in bad.stderr
+
+
+async def test_an_agent_fits_its_answer_in_one_message_and_drops_a_bad_limit(
+    nats_server, sqlite_url, tmp_path
+):
+    """The newest entries that fit one NATS message come back (``truncated`` says fewer than
+    asked); a request with a limit that is not an integer from 1 to 10000 is counted as
+    malformed and gets no answer."""
+    import nats
+
+    from edge_agent.bids import _newest_that_fit
+    from edge_agent.decisions import LoggedDecision
+
+    entries = [{"request_id": f"r{i}", "pad": "x" * 100} for i in range(10)]
+    one = len(json.dumps(entries[0])) + 2
+    assert _newest_that_fit(entries, 3 * one) == entries[-3:]
+    assert _newest_that_fit(entries, one - 1) == []
+    assert _newest_that_fit(entries, 100 * one) == entries
+
+    async with (
+        running_hub(nats_server.url, sqlite_url),
+        running_agents(nats_server.url, tmp_path, ["t1"]) as (handle,),
+    ):
+        log = handle.agent.decisions
+        for i in range(3000):  # about 0.5 kB each: far over the server's 1 MB max payload
+            log.add(
+                LoggedDecision(
+                    t=float(i), request_id=f"q{i}", workload_id="w", replica=0, state={"pad": "y" * 300},
+                    offer={"cpu": 1.0}, weights=[1.0, 2.0, 1.0, 4.0], action=1, decline=False,
+                    expected_reward=0.5, source="test",
+                )
+            )  # fmt: skip
+        nc = await nats.connect(nats_server.url)
+        try:
+            subject = Subjects("default").node("t1", "decisions")
+            reply = json.loads((await nc.request(subject, b'{"limit": 3000}', timeout=5)).data)
+            assert reply["truncated"] and 0 < len(reply["entries"]) < 3000
+            assert reply["entries"][-1]["request_id"] == "q2999"  # the newest kept
+            before = handle.agent.counters["malformed_messages"]
+            for bad in (b'{"limit": "many"}', b'{"limit": 0}', b"[1]", b"not json"):
+                try:
+                    await nc.request(subject, bad, timeout=0.5)
+                    raise AssertionError(f"{bad!r} was answered")
+                except nats.errors.TimeoutError:
+                    pass
+            assert handle.agent.counters["malformed_messages"] == before + 4
+        finally:
+            await nc.close()
