@@ -160,7 +160,7 @@ def main() -> int:
             "wall_s": log_s,
         },
         "finetune": tune_reports,
-        "evaluation": {f: {"policies": r["policies"], "held_out": r["held_out"]} for f, r in results.items()},
+        "evaluation": results,
         "wall_s": time.perf_counter() - started,
     }
     if args.json:
