@@ -6,6 +6,7 @@ distribution.py) then brings every node to the version it should run."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -44,6 +45,7 @@ POLICY_DISTRIBUTOR = web.AppKey("policy_distributor", PolicyDistributor)
 CANARIES = web.AppKey("canaries", CanaryRollouts)
 
 routes = web.RouteTableDef()
+log = logging.getLogger("edgeplane.hub.policy")
 
 
 def setup(app: web.Application, hub: Hub) -> None:
@@ -60,6 +62,10 @@ def setup(app: web.Application, hub: Hub) -> None:
         collector = PolicyCollector(app[CANARIES], distributor)
         hub.metrics.registry.register(collector)
         task = asyncio.create_task(distributor.run(), name="policy-distribution")
+        try:  # a canary the previous leader (or this hub before its restart) was running
+            await app[CANARIES].resume()
+        except Exception as exc:  # the store away: it stays as it was, resumed at the next start
+            log.warning("a running policy canary could not be resumed: %s", exc)
         yield
         await app[CANARIES].close()
         await stop_task(task)

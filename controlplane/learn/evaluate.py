@@ -60,6 +60,16 @@ class Case:
     horizon_s: float = 3600.0
     nodes: int | None = 12
 
+    def reset_options(self) -> dict[str, Any]:
+        """The environment's reset options for this episode (its arrival seed goes separately)."""
+        return {
+            "preset": self.preset,
+            "load": self.load,
+            "physics_seed": self.physics_seed,
+            "horizon_s": self.horizon_s,
+            "nodes": self.nodes,
+        }
+
 
 def held_out_cases(
     presets: Sequence[str],
@@ -84,14 +94,7 @@ def held_out_cases(
 
 def run_episode(env: EdgeplaneSchedEnv, policy: Policy, case: Case) -> dict[str, Any]:
     """One episode of ``case`` driven by ``policy``: its return and the run's summary figures."""
-    opts = {
-        "preset": case.preset,
-        "load": case.load,
-        "physics_seed": case.physics_seed,
-        "horizon_s": case.horizon_s,
-        "nodes": case.nodes,
-    }
-    obs, info = env.reset(seed=case.seed, options=opts)
+    obs, info = env.reset(seed=case.seed, options=case.reset_options())
     total, steps, agree, done = 0.0, 0, 0, False
     while not done:
         action = policy(obs, env.action_masks(), info)

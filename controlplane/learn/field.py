@@ -73,14 +73,7 @@ def collect(
     cases = list(cases)
     try:
         for case in cases:
-            opts = {
-                "preset": case.preset,
-                "load": case.load,
-                "physics_seed": case.physics_seed,
-                "horizon_s": case.horizon_s,
-                "nodes": case.nodes,
-            }
-            obs, info = env.reset(seed=case.seed, options=opts)
+            obs, info = env.reset(seed=case.seed, options=case.reset_options())
             done, total = False, 0.0
             while not done:
                 mask = env.action_masks()

@@ -12,9 +12,11 @@ another; one still on its way to the version is not counted.
 Shares become nodes in the order of a hash of their names (the nodes of 10% are among those of
 50%): at least one, and one left for the control group until the last step. Every decision is an
 event (``CanaryStarted``, ``CanaryStep``, ``CanaryPromoted``, ``CanaryRolledBack``, with both
-scores and the baseline) and the state is in ``/metrics``. A hub that restarts forgets the
-controller: the assignments it made stay, and an operator starts it again or promotes or rolls
-back by hand.
+scores and the baseline) and the state is in ``/metrics``. Each event is kept in the store with
+the canary's step, share and nodes (``policy_canaries``, in the event's transaction), and a hub
+that starts (a restart, or a standby taking over from a leader that died) resumes the canary
+still running from the step it reached: its timeline and nodes as they were, its anomaly windows
+empty and the step's dwell started again, so that it judges only what it sees from then on.
 """
 
 from __future__ import annotations
@@ -25,13 +27,17 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, Protocol
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.errors import ConflictError, NotFoundError
 from controlplane.hub.nodes import NodeLive
 from controlplane.policies.registry import PolicyRegistry
-from controlplane.rollout.controller import CanaryController, Group, RolloutConfig
+from controlplane.rollout.controller import CanaryController, Group, RolloutConfig, RolloutEvent
+from controlplane.store.models import PolicyCanaryRow
 from controlplane.store.store import Store
 
 __all__ = ["CanaryRollouts", "LiveCanary", "bucket"]
@@ -79,6 +85,7 @@ class LiveCanary:
         self.by = by
         self.clock = clock
         self.started = clock()
+        self.started_at = time.time()
         self.controller = CanaryController(config, start_s=0.0)
         # The guard: the same rules over the outcomes of work with an SLA on each group's nodes
         # (latency over SLA, capped; a failure counts the cap). It never steps or promotes; its
@@ -142,6 +149,7 @@ class LiveCanary:
         self.wake()
         names = {"start": "CanaryStarted", "step": "CanaryStep", "promote": "CanaryPromoted"}
         async with self.registry.store.session() as session:
+            await self._keep(session, kind, fraction)
             Store.add_event(
                 session,
                 names.get(kind, "CanaryRolledBack"),
@@ -152,6 +160,25 @@ class LiveCanary:
             )
             session.info["wrote"] = True
         log.info("policy v%d canary: %s at %.0f%% (%s)", self.version, kind, 100 * fraction, reason)
+
+    async def _keep(self, session: AsyncSession, kind: str, fraction: float) -> None:
+        """The canary as it is once this event is acted on, in the event's transaction: what a
+        hub that starts next resumes (:meth:`CanaryRollouts.resume`)."""
+        row = await session.get(PolicyCanaryRow, self.version)
+        if row is None:
+            row = PolicyCanaryRow(
+                version=self.version,
+                config=_config_json(self.controller.config),
+                started_at=self.started_at,
+                started_by=self.by[:63],
+            )
+            session.add(row)
+        row.state = {"promote": "promoted", "rollback": "rolled_back"}.get(kind, "canary")
+        row.step = self.controller.step
+        row.fraction = fraction
+        row.nodes = list(self.nodes)
+        row.events = [e.to_dict() for e in self.controller.events[: self._acted + 1]]
+        row.updated_at = time.time()
 
     def _share(self, fraction: float) -> list[str]:
         """The first ``fraction`` of the nodes in the order of their hash (the same order at each
@@ -185,6 +212,38 @@ class LiveCanary:
             self.hub.policy_regret_listeners.remove(self.observe)
             self.hub.placement_outcome_listeners.remove(self.observe_outcome)
 
+    @classmethod
+    def resumed(
+        cls,
+        row: PolicyCanaryRow,
+        *,
+        registry: PolicyRegistry,
+        hub: CanaryHub,
+        wake: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> LiveCanary:
+        """The canary ``row`` kept, going on from the step it reached: its timeline and nodes as
+        they were, its clock counting from its first start, its windows empty and its step's
+        dwell started again (it judges only what it sees from now on)."""
+        config = _config_of(row.config)
+        canary = cls(
+            version=row.version,
+            config=config,
+            registry=registry,
+            hub=hub,
+            wake=wake,
+            by=row.started_by,
+            clock=clock,
+        )
+        canary.started = clock() - max(0.0, time.time() - row.started_at)
+        canary.started_at = row.started_at
+        events = [RolloutEvent(**e) for e in row.events]
+        canary.controller = CanaryController.resume(config, step=row.step, events=events, t_s=canary._t())
+        canary._acted = len(events)
+        canary.fraction = row.fraction
+        canary.nodes = list(row.nodes)
+        return canary
+
     def describe(self) -> dict[str, Any]:
         """What has been done so far: the state, share and events acted on, the scores now."""
         described = self.controller.describe()
@@ -206,10 +265,18 @@ class LiveCanary:
 class CanaryRollouts:
     """At most one live canary at a time; the finished ones stay readable."""
 
-    def __init__(self, registry: PolicyRegistry, hub: CanaryHub, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        registry: PolicyRegistry,
+        hub: CanaryHub,
+        wake: Callable[[], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.registry = registry
         self.hub = hub
         self.wake = wake
+        self.clock = clock
         self.canaries: dict[int, LiveCanary] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
 
@@ -230,7 +297,13 @@ class CanaryRollouts:
                 field="version",
             )
         canary = LiveCanary(
-            version=version, config=config, registry=self.registry, hub=self.hub, wake=self.wake, by=by
+            version=version,
+            config=config,
+            registry=self.registry,
+            hub=self.hub,
+            wake=self.wake,
+            by=by,
+            clock=self.clock,
         )
         self.canaries[version] = canary
         self._tasks[version] = asyncio.create_task(canary.run(), name=f"policy-canary-v{version}")
@@ -243,6 +316,29 @@ class CanaryRollouts:
             raise NotFoundError(f"policy v{version} has had no canary since the hub started", field="version")
         return canary
 
+    async def resume(self) -> LiveCanary | None:
+        """Go on with the canary the store says is running (a restart, or a standby that took
+        over), if any; None when there is none."""
+        async with self.registry.store.session() as session:
+            rows = list(
+                await session.scalars(select(PolicyCanaryRow).where(PolicyCanaryRow.state == "canary"))
+            )
+        if not rows:
+            return None
+        row = max(rows, key=lambda r: r.updated_at)  # one at a time; the newest if ever several
+        canary = LiveCanary.resumed(
+            row, registry=self.registry, hub=self.hub, wake=self.wake, clock=self.clock
+        )
+        self.canaries[row.version] = canary
+        self._tasks[row.version] = asyncio.create_task(canary.run(), name=f"policy-canary-v{row.version}")
+        log.warning(
+            "policy v%d canary resumed at %.0f%% of nodes (step %d); its scores start afresh",
+            row.version,
+            100 * row.fraction,
+            row.step + 1,
+        )
+        return canary
+
     async def close(self) -> None:
         for task in self._tasks.values():
             task.cancel()
@@ -251,3 +347,11 @@ class CanaryRollouts:
                 await task
             except asyncio.CancelledError:
                 pass
+
+
+def _config_json(config: RolloutConfig) -> dict[str, Any]:
+    return {**asdict(config), "steps": list(config.steps)}
+
+
+def _config_of(data: dict[str, Any]) -> RolloutConfig:
+    return RolloutConfig(**{**data, "steps": tuple(data["steps"])})

@@ -101,6 +101,21 @@ class CanaryController:
             RolloutEvent(start_s, "start", self.fraction, 0.0, 0.0, None, f"canary at {self.fraction:.0%}")
         ]
 
+    @classmethod
+    def resume(
+        cls, config: RolloutConfig, *, step: int, events: list[RolloutEvent], t_s: float
+    ) -> CanaryController:
+        """A controller that had reached ``step`` with ``events`` behind it, judging again from
+        ``t_s`` (a hub restarted or taken over): its windows and samples start empty and the
+        step's dwell starts again, so it acts only on what it sees from now on."""
+        if not 0 <= step < len(config.steps) or not events:
+            raise ValueError("a resumed canary needs a step of its config and its events so far")
+        controller = cls(config, start_s=t_s)
+        controller.step = step
+        controller.fraction = config.steps[step]
+        controller.events = list(events)
+        return controller
+
     def observe(self, group: Group, value: float, t_s: float) -> None:
         """One outcome of a workload of ``group`` at ``t_s``; may step, promote or roll back."""
         self._recent[group].append(value)

@@ -25,6 +25,7 @@ __all__ = [
     "NodeCredentialRow",
     "NodeRow",
     "PlacementRow",
+    "PolicyCanaryRow",
     "RuntimeObservationRow",
     "WorkloadRow",
 ]
@@ -280,3 +281,22 @@ class HubLeadershipRow(Base):
     hub_id: Mapped[str] = mapped_column(String(63))
     api_url: Mapped[str] = mapped_column(String(255))
     since: Mapped[float] = mapped_column(Float)
+
+
+class PolicyCanaryRow(Base):
+    """A live canary as far as it has gone (``controlplane/policies/canary_live.py``): its
+    settings, the step it reached, the nodes it runs on and its timeline. A hub that starts (a
+    restart, or a standby taking over) resumes the one still in state ``canary``."""
+
+    __tablename__ = "policy_canaries"
+
+    version: Mapped[int] = mapped_column(ForeignKey("policies.version"), primary_key=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    started_at: Mapped[float] = mapped_column(Float)
+    started_by: Mapped[str] = mapped_column(String(63))
+    state: Mapped[str] = mapped_column(String(16))  # canary | promoted | rolled_back
+    step: Mapped[int] = mapped_column(Integer)
+    fraction: Mapped[float] = mapped_column(Float)
+    nodes: Mapped[list[Any]] = mapped_column(JSON)
+    events: Mapped[list[Any]] = mapped_column(JSON)
+    updated_at: Mapped[float] = mapped_column(Float)

@@ -60,6 +60,22 @@ async def _get(
         return 0, repr(exc)
 
 
+async def _post(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], token: str | None = None
+) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with session.post(url, json=body, headers=headers) as response:
+        return response.status, await response.json()
+
+
+async def _leading(session: aiohttp.ClientSession, port: int, data_dir: Path) -> str:
+    """Wait for the hub on ``port`` to lead; its admin token."""
+    await wait_for(
+        lambda: _get(session, f"http://127.0.0.1:{port}/readyz"), lambda r: r[0] == 200, timeout=60
+    )
+    return (data_dir / "admin.token").read_text().strip()
+
+
 async def test_a_second_hub_on_one_sqlite_store_is_refused_in_one_line(nats_server, tmp_path):
     data = str(tmp_path / "hub")
     first_port, second_port = free_port(), free_port()
@@ -117,17 +133,15 @@ async def test_a_standby_on_postgresql_takes_over_when_the_active_hub_is_killed(
     b = None
     try:
         async with aiohttp.ClientSession() as session:
-            await wait_for(
-                lambda: _get(session, f"http://127.0.0.1:{a_port}/readyz"), lambda r: r[0] == 200, timeout=60
-            )
-            token = (tmp_path / "a" / "admin.token").read_text().strip()
-            async with session.post(
+            token = await _leading(session, a_port, tmp_path / "a")
+            status, created = await _post(
+                session,
                 f"http://127.0.0.1:{a_port}/v1/workloads",
-                json={"name": "kept", "command": ["true"]},
-                headers={"Authorization": f"Bearer {token}"},
-            ) as response:
-                assert response.status == 201, await response.text()
-                workload = (await response.json())["id"]
+                {"name": "kept", "command": ["true"]},
+                token,
+            )
+            assert status == 201, created
+            workload = created["id"]
 
             b, b_log = _serve(
                 tmp_path,
@@ -151,17 +165,13 @@ async def test_a_standby_on_postgresql_takes_over_when_the_active_hub_is_killed(
             status, body = await _get(session, standby + "/readyz")
             assert status == 503 and "hub" in body["down"], body
             assert body["role"] == "standby" and body["leader"] == f"http://127.0.0.1:{a_port}", body
-            async with session.post(
-                standby + "/v1/workloads", json={"name": "x", "command": ["true"]}
-            ) as resp:
-                assert resp.status == 401, await resp.text()  # the leader's answer: no token
-            async with session.post(
-                standby + "/v1/workloads",
-                json={"name": "via-standby", "command": ["true"]},
-                headers={"Authorization": f"Bearer {token}"},
-            ) as resp:
-                assert resp.status == 201, await resp.text()
-                forwarded = (await resp.json())["id"]
+            status, body = await _post(session, standby + "/v1/workloads", {"name": "x", "command": ["true"]})
+            assert status == 401, body  # the leader's answer: no token
+            status, body = await _post(
+                session, standby + "/v1/workloads", {"name": "via-standby", "command": ["true"]}, token
+            )
+            assert status == 201, body
+            forwarded = body["id"]
             status, body = await _get(session, f"http://127.0.0.1:{a_port}/v1/workloads/{forwarded}", token)
             assert status == 200 and body["name"] == "via-standby", body
             status, body = await _get(session, f"{standby}/v1/workloads/{workload}", token)
@@ -293,16 +303,10 @@ async def test_a_replica_whose_secrets_key_cannot_open_the_store_is_refused_at_s
     )
     try:
         async with aiohttp.ClientSession() as session:
-            await wait_for(
-                lambda: _get(session, f"http://127.0.0.1:{a_port}/readyz"), lambda r: r[0] == 200, timeout=60
-            )
-            token = (tmp_path / "a" / "admin.token").read_text().strip()
-            async with session.post(
-                f"http://127.0.0.1:{a_port}/v1/workloads",
-                json={"name": "sealed", "command": ["true"], "env": {"SECRET": "s3cret"}},
-                headers={"Authorization": f"Bearer {token}"},
-            ) as response:
-                assert response.status == 201, await response.text()
+            token = await _leading(session, a_port, tmp_path / "a")
+            sealed = {"name": "sealed", "command": ["true"], "env": {"SECRET": "s3cret"}}
+            status, created = await _post(session, f"http://127.0.0.1:{a_port}/v1/workloads", sealed, token)
+            assert status == 201, created
         b, b_log = _serve(
             tmp_path,
             "b",

@@ -273,3 +273,26 @@ async def test_the_canary_controller_rolls_back_a_bad_version_and_promotes_a_goo
             assert 'edgeplane_policy_canary_state{state="rolled_back",version="1"} 1.0' in metrics
             assert 'edgeplane_policy_canary_state{state="promoted",version="2"} 1.0' in metrics
             print("bad:", json.dumps(bad["events"]), "\ngood:", json.dumps(good["events"]))
+
+
+async def test_a_running_canary_is_resumed_by_the_next_hub_on_the_store(
+    secured: SecuredNats, sqlite_url: str
+) -> None:
+    """The hub running a canary stops (a restart; on PostgreSQL, a standby taking over): the next
+    hub on the store goes on with it from where it was, instead of forgetting it."""
+    async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (_, api):
+        status, created = await api.call("POST", "/v1/policies", body(FP32, METADATA))
+        assert status == 201, created
+        status, started = await api.call(
+            "POST", "/v1/policies/1/canary", {"steps": [50, 100], "dwell_s": 600}
+        )
+        assert status == 201 and started["state"] == "canary", started
+    async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (_, api):
+        status, resumed = await api.call("GET", "/v1/policies/1/canary")
+        assert status == 200 and resumed["state"] == "canary", resumed
+        assert [e["kind"] for e in resumed["events"]] == ["start"] and resumed["fraction"] == 0.5
+        assert resumed["events"][0]["t_s"] == 0.0  # its timeline counts from its first start
+        status, busy = await api.call("POST", "/v1/policies/1/canary", {"steps": [100]})
+        assert status == 409, busy  # the resumed canary is the one running
+        status, _ = await api.call("POST", "/v1/policies/1/rollback", {"reason": "enough"})
+        assert status == 200

@@ -68,3 +68,72 @@ async def test_outcomes_far_over_their_sla_on_canary_nodes_roll_the_version_back
         assert (await registry.get(1)).state == "rolled_back" and await registry.assignments() == {}
     finally:
         await store.close()
+
+
+async def test_a_canary_goes_on_from_its_step_after_the_hub_restarts(tmp_path: Path) -> None:
+    """The canary reached its second step; the hub stops (its controller with it) and a new one
+    starts on the store: the canary goes on from that step, its timeline and nodes as they were,
+    and promotes after the step's dwell, judged on samples seen after the restart only."""
+    from controlplane.policies.canary_live import CanaryRollouts
+    from controlplane.store.models import PolicyCanaryRow
+
+    store = await Store.open(sqlite_url(tmp_path / "db.sqlite3"))
+    try:
+        async with store.session() as s:
+            s.add(
+                PolicyRow(
+                    sha256="b" * 64, size=1, model=b"x", meta={}, description="", evaluation={},
+                    created_at=time.time(), created_by="t", state="available",
+                )
+            )  # fmt: skip
+        registry = PolicyRegistry(store)
+        hub = StandInHub()
+        now = [0.0]
+        config = RolloutConfig(
+            steps=(0.25, 0.5, 1.0), dwell_s=5, sustain_s=2, threshold=3, min_samples=3, recent=3
+        )
+        first = LiveCanary(
+            version=1,
+            config=config,
+            registry=registry,
+            hub=hub,
+            wake=lambda: None,
+            by="op",
+            clock=lambda: now[0],
+        )
+
+        async def feed(canary: LiveCanary, until: float) -> None:
+            while now[0] < until and canary.state == "canary":
+                now[0] += 0.5
+                for name, live in hub.nodes.items():
+                    live.policy_version = 1 if name in canary.nodes else None
+                    canary.observe(live, 0.0)
+                await canary.tick()
+
+        await first.tick()
+        await feed(first, 6.0)  # past the first dwell: the second step (50%)
+        assert (first.state, first.fraction, len(first.nodes)) == ("canary", 0.5, 2), first.describe()
+        async with store.session() as s:
+            kept = await s.get(PolicyCanaryRow, 1)
+            assert kept is not None and (kept.state, kept.step, kept.fraction) == ("canary", 1, 0.5)
+            assert [e["kind"] for e in kept.events] == ["start", "step"] and kept.nodes == first.nodes
+
+        # A new hub on the store (a restart, or a standby that took over).
+        rollouts = CanaryRollouts(registry, hub, lambda: None, clock=lambda: now[0])
+        resumed = await rollouts.resume()
+        assert resumed is not None and rollouts.active() is resumed
+        await rollouts.close()  # its own task stops: the test ticks it by hand from here
+        assert (resumed.state, resumed.fraction, resumed.nodes) == ("canary", 0.5, first.nodes)
+        assert [e["kind"] for e in resumed.describe()["events"]] == ["start", "step"]
+        assert resumed.controller.samples == {"canary": 0, "control": 0}  # judged afresh
+        assert resumed.controller.step == 1
+        await feed(resumed, 20.0)
+        assert resumed.state == "promoted", resumed.describe()
+        assert [e["kind"] for e in resumed.describe()["events"]] == ["start", "step", "step", "promote"]
+        async with store.session() as s:
+            done = await s.get(PolicyCanaryRow, 1)
+            assert done is not None and done.state == "promoted" and len(done.events) == 4
+        assert await CanaryRollouts(registry, hub, lambda: None).resume() is None  # nothing left to resume
+        assert (await registry.get(1)).state == "promoted"
+    finally:
+        await store.close()
