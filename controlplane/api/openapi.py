@@ -480,7 +480,8 @@ _PATHS: dict[str, Any] = {
         },
         "get": {
             "operationId": "getPolicyCanary",
-            "summary": "The version's canary since the hub started: state, share, scores, timeline",
+            "summary": "The version's canary: state, share, scores, timeline (one that ended under an "
+            "earlier hub: as the store kept it, without scores)",
             "parameters": [_VERSION],
             "responses": {"200": _json(_model(views.CanaryStatus)), "404": _ERROR, "422": _ERROR},
         },

@@ -180,8 +180,8 @@ async def start_canary(request: web.Request) -> web.Response:
 
 @routes.get("/v1/policies/{version}/canary")
 async def get_canary(request: web.Request) -> web.Response:
-    canary = request.app[CANARIES].get(_version(request))
-    return web.json_response(to_json(CanaryStatus.of(canary.describe())))
+    described = await request.app[CANARIES].describe(_version(request))
+    return web.json_response(to_json(CanaryStatus.of(described)))
 
 
 def _targets(hub: Hub, target: PolicyRollout) -> list[str]:

@@ -316,6 +316,30 @@ class CanaryRollouts:
             raise NotFoundError(f"policy v{version} has had no canary since the hub started", field="version")
         return canary
 
+    async def describe(self, version: int) -> dict[str, Any]:
+        """The version's canary: the live one's description, else the last one the store kept (a
+        canary that ended under an earlier hub: its timeline, share and nodes; no scores)."""
+        canary = self.canaries.get(version)
+        if canary is not None:
+            return canary.describe()
+        async with self.registry.store.session() as session:
+            row = await session.get(PolicyCanaryRow, version)
+        if row is None:
+            raise NotFoundError(f"policy v{version} has had no canary", field="version")
+        zero = {"canary": 0, "control": 0}
+        return {
+            "version": row.version,
+            "state": row.state,
+            "fraction": row.fraction,
+            "samples": dict(zero),
+            "scores": {"canary": 0.0, "control": 0.0},
+            "outcome_samples": dict(zero),
+            "outcome_scores": {"canary": 0.0, "control": 0.0},
+            "events": list(row.events),
+            "nodes": list(row.nodes),
+            "failure": "" if row.state != "canary" else "not running on this hub (it resumes at a start)",
+        }
+
     async def resume(self) -> LiveCanary | None:
         """Go on with the canary the store says is running (a restart, or a standby that took
         over), if any; None when there is none."""

@@ -133,7 +133,11 @@ async def test_a_canary_goes_on_from_its_step_after_the_hub_restarts(tmp_path: P
         async with store.session() as s:
             done = await s.get(PolicyCanaryRow, 1)
             assert done is not None and done.state == "promoted" and len(done.events) == 4
-        assert await CanaryRollouts(registry, hub, lambda: None).resume() is None  # nothing left to resume
+        later = CanaryRollouts(registry, hub, lambda: None)
+        assert await later.resume() is None  # nothing left to resume
+        ended = await later.describe(1)  # what a later hub answers for it: the kept timeline
+        assert ended["state"] == "promoted" and [e["kind"] for e in ended["events"]][-1] == "promote"
+        assert ended["nodes"] == resumed.nodes and ended["samples"] == {"canary": 0, "control": 0}
         assert (await registry.get(1)).state == "promoted"
     finally:
         await store.close()

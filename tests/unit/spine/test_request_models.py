@@ -14,6 +14,7 @@ from controlplane.api import params
 from controlplane.api.openapi import openapi_document
 from controlplane.errors import InvocationFailedError, ValidationError, error_body
 from controlplane.hub.spec import AFFINITY, AFFINITY_WITHOUT_LABELS, ANTI_AFFINITY, RESOURCES, WORKLOAD
+from controlplane.policies.decision_logs import DECISION_LOG_REQUEST
 from controlplane.policies.upload import CANARY, POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD
 from controlplane.schema import Choice, Integer, Model, Number, Text
 from controlplane.serverless.spec import FUNCTION
@@ -38,6 +39,7 @@ BASES: dict[str, dict[str, Any]] = {
     "PolicyRollout": {"percent": 10},
     "PolicyRollback": {},
     "CanaryRequest": {},
+    "DecisionLogRequest": {},
 }
 
 
@@ -53,6 +55,7 @@ def _models() -> list[Model[Any]]:
         POLICY_ROLLOUT,
         POLICY_ROLLBACK,
         CANARY,
+        DECISION_LOG_REQUEST,
     ]
 
 
