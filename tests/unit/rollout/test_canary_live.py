@@ -24,16 +24,22 @@ class StandInHub:
         self.placement_outcome_listeners: list[Any] = []
 
 
-async def test_outcomes_far_over_their_sla_on_canary_nodes_roll_the_version_back(tmp_path: Path) -> None:
+async def _store_with_a_version(tmp_path: Path) -> Store:
+    """A real SQLite store holding policy v1 (available)."""
     store = await Store.open(sqlite_url(tmp_path / "db.sqlite3"))
+    async with store.session() as s:
+        s.add(
+            PolicyRow(
+                sha256="a" * 64, size=1, model=b"x", meta={}, description="", evaluation={},
+                created_at=time.time(), created_by="t", state="available",
+            )
+        )  # fmt: skip
+    return store
+
+
+async def test_outcomes_far_over_their_sla_on_canary_nodes_roll_the_version_back(tmp_path: Path) -> None:
+    store = await _store_with_a_version(tmp_path)
     try:
-        async with store.session() as s:
-            s.add(
-                PolicyRow(
-                    sha256="a" * 64, size=1, model=b"x", meta={}, description="", evaluation={},
-                    created_at=time.time(), created_by="t", state="available",
-                )
-            )  # fmt: skip
         registry = PolicyRegistry(store)
         hub = StandInHub()
         now = [0.0]
@@ -77,15 +83,8 @@ async def test_a_canary_goes_on_from_its_step_after_the_hub_restarts(tmp_path: P
     from controlplane.policies.canary_live import CanaryRollouts
     from controlplane.store.models import PolicyCanaryRow
 
-    store = await Store.open(sqlite_url(tmp_path / "db.sqlite3"))
+    store = await _store_with_a_version(tmp_path)
     try:
-        async with store.session() as s:
-            s.add(
-                PolicyRow(
-                    sha256="b" * 64, size=1, model=b"x", meta={}, description="", evaluation={},
-                    created_at=time.time(), created_by="t", state="available",
-                )
-            )  # fmt: skip
         registry = PolicyRegistry(store)
         hub = StandInHub()
         now = [0.0]
