@@ -161,6 +161,19 @@ class LiveCanary:
             session.info["wrote"] = True
         log.info("policy v%d canary: %s at %.0f%% (%s)", self.version, kind, 100 * fraction, reason)
 
+    async def record_start(self, session: AsyncSession) -> None:
+        """The accepted canary, before anything was done: a hub that stops now leaves it to the
+        next one, which starts it (:meth:`resumed`)."""
+        row = await session.get(PolicyCanaryRow, self.version)
+        if row is None:
+            row = PolicyCanaryRow(version=self.version)
+            session.add(row)
+        row.config = _config_json(self.controller.config)
+        row.started_at = self.started_at
+        row.started_by = self.by[:63]
+        row.state, row.step, row.fraction, row.nodes, row.events = "canary", 0, 0.0, [], []
+        row.updated_at = time.time()
+
     async def _keep(self, session: AsyncSession, kind: str, fraction: float) -> None:
         """The canary as it is once this event is acted on, in the event's transaction: what a
         hub that starts next resumes (:meth:`CanaryRollouts.resume`)."""
@@ -238,6 +251,8 @@ class LiveCanary:
         canary.started = clock() - max(0.0, time.time() - row.started_at)
         canary.started_at = row.started_at
         events = [RolloutEvent(**e) for e in row.events]
+        if not events:  # accepted, but its hub stopped before its first share: it starts now
+            return canary
         canary.controller = CanaryController.resume(config, step=row.step, events=events, t_s=canary._t())
         canary._acted = len(events)
         canary.fraction = row.fraction
@@ -305,6 +320,8 @@ class CanaryRollouts:
             by=by,
             clock=self.clock,
         )
+        async with self.registry.store.session() as session:  # accepted: kept before the answer
+            await canary.record_start(session)
         self.canaries[version] = canary
         self._tasks[version] = asyncio.create_task(canary.run(), name=f"policy-canary-v{version}")
         await asyncio.sleep(0)  # its first share is assigned before the answer where it can be

@@ -288,8 +288,9 @@ async def test_a_running_canary_is_resumed_by_the_next_hub_on_the_store(
         )
         assert status == 201 and started["state"] == "canary", started
     async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (_, api):
-        status, resumed = await api.call("GET", "/v1/policies/1/canary")
-        assert status == 200 and resumed["state"] == "canary", resumed
+        # Its start is kept before the 201: even a hub that stopped before the first share leaves it.
+        resumed = await wait_for(lambda: api.get("/v1/policies/1/canary"), lambda c: len(c["events"]) >= 1)
+        assert resumed["state"] == "canary", resumed
         assert [e["kind"] for e in resumed["events"]] == ["start"] and resumed["fraction"] == 0.5
         assert resumed["events"][0]["t_s"] == 0.0  # its timeline counts from its first start
         status, busy = await api.call("POST", "/v1/policies/1/canary", {"steps": [100]})
