@@ -7,7 +7,6 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from nats.aio.msg import Msg
 
@@ -111,26 +110,27 @@ class Bids:
             except ValueError as exc:
                 self.link.malformed("decisions", MessageError("decisions", str(exc), field="limit"))
                 return
-        entries = self.decisions.export(limit=limit)
-        fitted = _newest_that_fit(entries, self.link.max_payload() - DECISIONS_MARGIN)
-        payload = {
+        # Each entry is encoded once: its size decides whether it fits, and the answer is made of it.
+        encoded = [json.dumps(entry) for entry in self.decisions.export(limit=limit)]
+        fitted = _newest_that_fit(encoded, self.link.max_payload() - DECISIONS_MARGIN)
+        envelope = {
             "v": 1,
             "node": self.node,
             "epsilon": self.decisions.epsilon,
-            "truncated": len(fitted) < len(entries),
-            "entries": fitted,
+            "truncated": len(fitted) < len(encoded),
         }
+        answer = json.dumps(envelope)[:-1] + ', "entries": [' + ", ".join(fitted) + "]}"
         with contextlib.suppress(Exception):
-            await msg.respond(json.dumps(payload).encode())
+            await msg.respond(answer.encode())
 
 
-def _newest_that_fit(entries: list[dict[str, Any]], budget: int) -> list[dict[str, Any]]:
-    """The newest entries whose JSON fits ``budget`` bytes (the list's own commas included)."""
-    used, first = 0, len(entries)
-    for i in range(len(entries) - 1, -1, -1):
-        size = len(json.dumps(entries[i])) + 2
+def _newest_that_fit(encoded: list[str], budget: int) -> list[str]:
+    """The newest encoded entries that fit ``budget`` bytes (the list's own separators included)."""
+    used, first = 0, len(encoded)
+    for i in range(len(encoded) - 1, -1, -1):
+        size = len(encoded[i]) + 2
         if used + size > budget:
             break
         used += size
         first = i
-    return entries[first:]
+    return encoded[first:]

@@ -60,8 +60,8 @@ _NO_LEADER = UnavailableError(
 )
 
 
-def _unavailable(error: UnavailableError = _NO_LEADER) -> web.Response:
-    return web.json_response(error_body(error), status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+def _unavailable() -> web.Response:
+    return web.json_response(error_body(_NO_LEADER), status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 async def _livez(request: web.Request) -> web.Response:

@@ -126,8 +126,8 @@ async def test_an_agent_fits_its_answer_in_one_message_and_drops_a_bad_limit(
     from edge_agent.bids import _newest_that_fit
     from edge_agent.decisions import LoggedDecision
 
-    entries = [{"request_id": f"r{i}", "pad": "x" * 100} for i in range(10)]
-    one = len(json.dumps(entries[0])) + 2
+    entries = [json.dumps({"request_id": f"r{i}", "pad": "x" * 100}) for i in range(10)]
+    one = len(entries[0]) + 2
     assert _newest_that_fit(entries, 3 * one) == entries[-3:]
     assert _newest_that_fit(entries, one - 1) == []
     assert _newest_that_fit(entries, 100 * one) == entries
