@@ -90,10 +90,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument(
         "--power-manager",
-        choices=("on", "off", "both"),
+        choices=("on", "off", "both", "forecast"),
         default=None,
         help="run every scheduler with the power manager on, off, or both (columns NAME without "
-        "it and NAME+pm with it); default: the preset's setting (on in every preset)",
+        "it and NAME+pm with it), or on with its CPU reserve sized from a forecast of arriving "
+        "CPU (forecast; docs/prediction.md); default: the preset's setting (on in every preset)",
     )
     parser.add_argument(
         "--load",

@@ -357,6 +357,7 @@ class Simulation:
 
     def _on_arrive(self, task: SimTask) -> None:
         spec = task.spec
+        self.power.observe_arrival(spec.request, self.now)
         if spec.measured:
             self.waiting += 1
             self.waiting_since += spec.arrival_s

@@ -216,6 +216,7 @@ def record_outcomes(
             {
                 "cls": spec.cls,
                 "kind": spec.kind,
+                "arrival_s": spec.arrival_s,
                 "latency_s": latency,
                 "sla_s": spec.sla_s,
                 "violated": violated,

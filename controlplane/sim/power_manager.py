@@ -7,6 +7,12 @@ Every tick it wakes one host-capable sleeping node per waiting replica not cover
 already waking (what a cluster autoscaler does on pending pods), then keeps each pool's reserves
 of free CPU and whole empty nodes, suspending idle nodes beyond them (see
 :class:`~.presets.PowerManagerConfig`).
+
+The CPU reserve is either a fixed share of each pool or, with ``forecast``, sized from a forecast
+of the CPU that will be requested before a node woken now is ready
+(:class:`~controlplane.predict.online.OnlineBinForecast` over the requests seen so far: what the
+scheduler is told, never the arrival process): larger before the day's peak and once a burst has
+begun, smaller through quiet hours, so nodes are awake before the work that needs them arrives.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from collections.abc import Callable
 
 from edgeplane_contract.resources import ResourceRequest
 
+from controlplane.predict.online import OnlineBinForecast
+from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.scheduler import Scheduler
 from controlplane.sim.physics import FleetPhysics, SimNode, battery_pct, repower
 from controlplane.sim.presets import PowerManagerConfig
@@ -40,6 +48,28 @@ class PowerManager:
         self.sched = sched
         self.physics = physics
         self.wake = wake
+        self.demand: OnlineBinForecast | None = None
+        if config.forecast:
+            self.demand = OnlineBinForecast(bin_s=config.forecast_bin_s, period_s=config.forecast_period_s)
+        self.fleet_cpu = sum(n.cpu for n in nodes) or 1.0
+        # Until a woken node is ready: the next tick plus the slowest wake among the fleet's nodes.
+        self.lead_s = config.tick_s + max((n.spec.wake_s for n in nodes), default=0.0)
+
+    def observe_arrival(self, request: WorkloadRequest, now: float) -> None:
+        """A workload was submitted: its requested CPU feeds the demand forecast (if any)."""
+        if self.demand is not None:
+            self.demand.observe(now, request.resources.cpu * request.replicas)
+
+    def reserves(self, members: list[SimNode], now: float) -> tuple[float, int]:
+        """A pool's reserve of free awake CPU and of awake, empty nodes."""
+        cfg = self.config
+        total = sum(n.cpu for n in members)
+        if self.demand is None:
+            return cfg.reserve_fraction * total, max(1, math.ceil(cfg.reserve_empty_fraction * len(members)))
+        # The fleet's expected demand until a node woken now is ready, shared by CPU capacity.
+        expected = self.demand.expected(now, self.lead_s) * cfg.forecast_margin * total / self.fleet_cpu
+        reserve = max(cfg.forecast_floor_fraction * total, expected)
+        return reserve, max(1, math.ceil(cfg.forecast_empty_fraction * len(members)))
 
     def can_host(self, node: SimNode, res: ResourceRequest) -> bool:
         """Whether the node could hold the request when empty (what waking it for the work needs)."""
@@ -85,9 +115,7 @@ class PowerManager:
         # Keep each pool's reserves (free CPU, whole empty nodes); suspend idle nodes beyond them.
         for members in pools.values():
             alive = [n for n in members if n.state != "dead"]
-            total = sum(n.cpu for n in alive)
-            reserve = cfg.reserve_fraction * total
-            empty_target = max(1, math.ceil(cfg.reserve_empty_fraction * len(alive)))
+            reserve, empty_target = self.reserves(alive, now)
             free = sum(n.cpu - n.cpu_alloc for n in alive if n.state == "on")
             free += sum(n.cpu for n in alive if n.state == "waking")
             empty = sum(1 for n in alive if (n.state == "on" and not n.replicas) or n.state == "waking")

@@ -154,6 +154,19 @@ class PowerManagerConfig:
     reserve_fraction: float = 0.10
     reserve_empty_fraction: float = 0.03
     tick_s: float = 30.0
+    #: Size the CPU reserve from a forecast of the CPU that will arrive before a node woken now
+    #: is ready (:mod:`.demand_forecast`) instead of the fixed ``reserve_fraction``; the fixed
+    #: reserve shrinks to ``forecast_floor_fraction`` and the empty-node reserve to
+    #: ``forecast_empty_fraction``.
+    forecast: bool = False
+    forecast_bin_s: float = 300.0
+    forecast_period_s: float = 86400.0
+    #: The reserve is this multiple of the expected CPU arriving within a tick plus a wake.
+    forecast_margin: float = 2.0
+    # No fixed reserve beyond the forecast's (one awake, empty node per pool stays): chosen on
+    # arrival seed 42 (bench/power_forecast.py, docs/prediction.md), where a 2% floor bought nothing.
+    forecast_floor_fraction: float = 0.0
+    forecast_empty_fraction: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ SCHEDULERS[ORACLE] = "edgeplane-static"
 #: What ``controlplane simulate`` runs when ``--schedulers`` is not given.
 DEFAULT_SCHEDULERS: dict[str, list[str]] = {"edge-battery": [ADAPTIVE, FIXED]}
 FALLBACK_SCHEDULERS = ["default", "binpack", "edgeplane"]
-POWER_MANAGER_MODES = ("on", "off", "both")
+POWER_MANAGER_MODES = ("on", "off", "both", "forecast")
 #: Suffix of a run with the power manager on, when ``both`` runs every scheduler twice.
 PM_SUFFIX = "+pm"
 
@@ -68,11 +68,13 @@ def _data_nodes(preset: Preset) -> list[str]:
     ]
 
 
-def with_power_manager(preset: Preset, enabled: bool) -> Preset:
-    """The preset with its power manager switched on or off (its other settings kept)."""
-    if preset.power_manager.enabled == enabled:
+def with_power_manager(preset: Preset, enabled: bool, *, forecast: bool = False) -> Preset:
+    """The preset with its power manager switched on or off, its CPU reserve fixed or sized from
+    a demand forecast (its other settings kept)."""
+    pm = preset.power_manager
+    if pm.enabled == enabled and pm.forecast == forecast:
         return preset
-    return replace(preset, power_manager=replace(preset.power_manager, enabled=enabled))
+    return replace(preset, power_manager=replace(pm, enabled=enabled, forecast=forecast))
 
 
 def check_power_manager(mode: str | None) -> None:
@@ -91,6 +93,8 @@ def power_manager_runs(
         elif mode == "both":
             yield name, name, with_power_manager(preset, False)
             yield name + PM_SUFFIX, name, with_power_manager(preset, True)
+        elif mode == "forecast":
+            yield name, name, with_power_manager(preset, True, forecast=True)
         else:
             yield name, name, with_power_manager(preset, mode == "on")
 

@@ -19,7 +19,7 @@ from edgeplane_contract.resources import ResourceRequest
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.sim.presets import GB, Preset, WorkloadClass
 
-__all__ = ["ESTIMATE_ERROR", "TaskSpec", "generate_tasks", "rate_factor"]
+__all__ = ["ESTIMATE_ERROR", "TaskSpec", "burst_windows", "generate_tasks", "rate_factor"]
 
 ESTIMATE_ERROR = 0.2
 
@@ -57,6 +57,26 @@ def rate_factor(preset: Preset, t: float, bursts: list[tuple[float, float]], cls
     return factor
 
 
+def _draw_bursts(rng: np.random.Generator, preset: Preset, horizon: float) -> list[tuple[float, float]]:
+    # The first draws of a run's generator: burst windows, a Poisson process of starts.
+    bursts: list[tuple[float, float]] = []
+    t = 0.0
+    rate = preset.bursts_per_day / 86400.0
+    while rate > 0:
+        t += float(rng.exponential(1.0 / rate))
+        if t >= horizon:
+            break
+        bursts.append((t, t + preset.burst_minutes * 60.0))
+    return bursts
+
+
+def burst_windows(preset: Preset, hours: float, seed: int) -> list[tuple[float, float]]:
+    """The burst windows ``(start_s, end_s)`` of :func:`generate_tasks` for the same arguments.
+
+    For measuring outcomes during bursts (a bench, a report); a scheduler is never told them."""
+    return _draw_bursts(np.random.default_rng(seed), preset, preset.warmup_s + hours * 3600.0)
+
+
 def _choice(rng: np.random.Generator, options: tuple[tuple[object, float], ...]) -> object:
     values = [o[0] for o in options]
     weights = np.array([o[1] for o in options], dtype=np.float64)
@@ -77,14 +97,7 @@ def generate_tasks(
     same draws of the arrival ``seed`` are scaled by it, so arrivals stay identical)."""
     rng = np.random.default_rng(seed)
     horizon = preset.warmup_s + hours * 3600.0
-    bursts: list[tuple[float, float]] = []
-    t = 0.0
-    rate = preset.bursts_per_day / 86400.0
-    while rate > 0:
-        t += float(rng.exponential(1.0 / rate))
-        if t >= horizon:
-            break
-        bursts.append((t, t + preset.burst_minutes * 60.0))
+    bursts = _draw_bursts(rng, preset, horizon)
     peak_factor = (1.0 + preset.diurnal_amplitude) * preset.burst_multiplier
     tasks: list[TaskSpec] = []
     for cls in preset.classes:
