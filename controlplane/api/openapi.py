@@ -210,8 +210,9 @@ _PATHS: dict[str, Any] = {
             "operationId": "getNodeDecisions",
             "summary": "The node's local-policy decision log (rewards Laplace-noised on the node)",
             "parameters": [_NAME],
-            # Hand-written: the body is the node's own answer, passed on as it came.
-            "responses": {"200": _json({"type": "object"}), "404": _ERROR, "503": _ERROR},
+            # The node's answer, checked (the node it names, epsilon, entries): a malformed one
+            # is a 503, counted, never handed on.
+            "responses": {"200": _json(_model(views.NodeDecisionLog)), "404": _ERROR, "503": _ERROR},
         }
     },
     "/v1/workloads": {

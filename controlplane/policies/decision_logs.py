@@ -20,7 +20,7 @@ from controlplane.errors import ValidationError
 from controlplane.hub.nodes import NodeDirectory
 from controlplane.schema import Field, Integer, Model, Number, StringList
 
-__all__ = ["DECISION_LOG_REQUEST", "CollectedLogs", "DecisionLogRequest", "NodeLog", "collect"]
+__all__ = ["DECISION_LOG_REQUEST", "CollectedLogs", "DecisionLogRequest", "NodeLog", "ask_node", "collect"]
 
 MAX_ENTRIES = 10_000  # per node: the agents' default log length, and what they answer at most
 
@@ -96,6 +96,14 @@ async def collect(hub: NodeDirectory, request: DecisionLogRequest) -> CollectedL
         else:
             result.missing.append((name, answer))
     return result
+
+
+async def ask_node(
+    hub: NodeDirectory, name: str, *, limit: int = 1000, deadline_s: float = 5.0
+) -> NodeLog | str:
+    """One node's newest ``limit`` entries, checked as :func:`collect` checks them, or why there
+    are none (a malformed answer is counted and never passed on)."""
+    return await _ask(hub, name, json.dumps({"limit": limit}).encode(), deadline_s)
 
 
 async def _ask(hub: NodeDirectory, name: str, payload: bytes, deadline_s: float) -> NodeLog | str:

@@ -90,6 +90,20 @@ async def test_a_silent_node_is_named_and_the_others_still_answer(nats_server, s
                     break
             assert reasons and reasons[0].startswith("malformed answer: answered for node 's1'"), reasons
             assert running.hub.bus.malformed["decisions"] > before
+            # One node's log (GET) is checked the same way: the impostor's answer is a 503 that
+            # says why, never handed on; s2's own answer, when it wins, comes back typed.
+            seen = set()
+            for _ in range(40):
+                status, body = await api.call("GET", "/v1/nodes/s2/decisions")
+                if status == 503:
+                    assert body["error"]["message"].startswith("node s2: malformed answer: answered for node"), body
+                else:
+                    assert status == 200 and body["node"] == "s2" and "v" not in body, body
+                    assert set(body) == {"node", "epsilon", "truncated", "entries"}, body
+                seen.add(status)
+                if seen == {200, 503}:
+                    break
+            assert 503 in seen, seen
         finally:
             await nc.close()
 

@@ -39,7 +39,6 @@ DOC = openapi_document()
 # The response schemas written by hand, and why: none of our types describes these bodies.
 HAND_WRITTEN = {
     ("get", "/openapi.json", "200"),  # this document: OpenAPI's own meta-schema
-    ("get", "/v1/nodes/{name}/decisions", "200"),  # the node's answer, passed on as it came
     ("post", "/v1/functions/{name}/invoke", "200"),  # the handler's result: any JSON
 }
 
