@@ -27,6 +27,7 @@ from controlplane.api import console
 from controlplane.api.audit import AuditLog
 from controlplane.api.errors import CLIENT_CLOSED_REQUEST, client_gone
 from controlplane.auth.tokens import Principal
+from controlplane.coordination.forwarded import HEADER, forwarded_client
 from controlplane.errors import (
     ForbiddenError,
     RateLimitedError,
@@ -99,6 +100,9 @@ class AuthSettings:
     rate_per_s: float = 50.0
     burst: int = 200
     public_metrics: bool = False
+    #: The replicas' key for the client a standby forwards for (coordination/forwarded.py);
+    #: None: a forwarded request counts as its peer's.
+    forward_key: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(slots=True)
@@ -160,6 +164,15 @@ def _check_body_type(request: web.Request) -> None:
         )
 
 
+def client_address(request: web.Request) -> str:
+    """The caller's address: the peer's, or the client a replica of this hub forwarded for (a
+    header only a replica can sign; see coordination/forwarded.py)."""
+    forwarded = forwarded_client(
+        request.app[AUTH_SETTINGS].forward_key, request.headers.get(HEADER), request.method, request.path
+    )
+    return forwarded or request.remote or ""
+
+
 def _take(request: web.Request, key: str, who: str) -> None:
     wait_s = request.app[RATE_LIMITER].take(key)
     if wait_s > 0:
@@ -173,7 +186,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if _is_public(request):
         if request.path == "/v1/join":
             # Its credential is in the body: bound the attempts per address like a token's calls.
-            _take(request, f"join:{request.remote}", "join attempts from this address")
+            _take(request, f"join:{client_address(request)}", "join attempts from this address")
         _check_body_type(request)
         return await handler(request)
     await authenticate(request, required_scope(request.method, request.path))

@@ -23,7 +23,7 @@ from aiohttp import web
 from edgeplane_contract.aio import stop_task
 from edgeplane_contract.messages import valid_token
 
-from controlplane.api.auth import IDENTITIES, authenticate
+from controlplane.api.auth import IDENTITIES, authenticate, client_address
 from controlplane.api.keys import HUB
 from controlplane.api.params import FORCE, FORGET
 from controlplane.api.request import json_body
@@ -185,7 +185,7 @@ async def _refused(request: web.Request, node: str, exc: JoinRefused) -> None:
         "join of node %(node)s from %(remote)s refused: %(reason)s",
         "refused %(count)d more joins of node %(node)s in the last %(interval)s s: %(reason)s",
         node=node,
-        remote=request.remote or "?",
+        remote=client_address(request) or "?",
         reason=str(exc),
     )
     if exc.token_id is not None:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import ssl
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from controlplane.commands.common import (
     stop_when,
 )
 from controlplane.commands.data_dir import private_data_dir
+from controlplane.coordination.forwarded import KEY_LABEL as FORWARD_KEY_LABEL
 
 if TYPE_CHECKING:
     from controlplane.api.auth import AuthSettings
@@ -58,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         # Private before anything is written there: umask 077, old files' modes fixed.
         data_dir = private_data_dir(Path(args.data_dir))
         cipher = env_cipher(args, data_dir)
+        # Replicas share the secrets key, so each can sign (and check) whom a standby forwards for.
+        auth = replace(auth, forward_key=cipher.derive(FORWARD_KEY_LABEL))
         nats = nats_setup(args, data_dir, federation)
     except ConfigError as exc:
         print(f"controlplane: configuration error: {exc}", file=sys.stderr)
@@ -107,7 +111,12 @@ async def _serve(
 
         standby.append(
             await start_standby_site(
-                args.host, args.port, ssl_context, leader=leader, client_ssl=_leader_ssl(args)
+                args.host,
+                args.port,
+                ssl_context,
+                leader=leader,
+                client_ssl=_leader_ssl(args),
+                forward_key=auth.forward_key,
             )
         )
 

@@ -17,6 +17,7 @@ import os
 import signal
 import ssl
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,7 @@ from controlplane.commands.common import (
     stop_when,
 )
 from controlplane.commands.data_dir import private_data_dir, sandboxes_dir
+from controlplane.coordination.forwarded import KEY_LABEL as FORWARD_KEY_LABEL
 
 if TYPE_CHECKING:
     from controlplane.api.auth import AuthSettings
@@ -107,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
         # modes fixed; the agents' units get their work dirs beside it (_agent_command).
         data_dir = private_data_dir(Path(args.data_dir))
         cipher = env_cipher(args, data_dir)
+        # Replicas share the secrets key, so each can sign (and check) whom a standby forwards for.
+        auth = replace(auth, forward_key=cipher.derive(FORWARD_KEY_LABEL))
         _check_agent_options(args)
         nats = nats_setup(args, data_dir, federation)
     except ConfigError as exc:

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 from aiohttp import web
 
+from controlplane.coordination import forwarded
 from controlplane.errors import StartupError, UnavailableError, error_body
 
 __all__ = ["FORWARD_TIMEOUT_S", "RETRY_AFTER_S", "LeaderLookup", "start_standby_site"]
@@ -69,9 +70,12 @@ async def _livez(request: web.Request) -> web.Response:
 
 
 class _Forwarder:
-    def __init__(self, leader: LeaderLookup | None, client_ssl: ssl.SSLContext | None) -> None:
+    def __init__(
+        self, leader: LeaderLookup | None, client_ssl: ssl.SSLContext | None, forward_key: bytes | None = None
+    ) -> None:
         self._leader = leader
         self._ssl = client_ssl
+        self._forward_key = forward_key
         self._known: tuple[float, str | None] = (float("-inf"), None)
         self._session: aiohttp.ClientSession | None = None
         self.closing = asyncio.Event()
@@ -114,6 +118,13 @@ class _Forwarder:
         peer = request.remote or ""
         headers["X-Forwarded-For"] = ", ".join(x for x in (request.headers.get("X-Forwarded-For"), peer) if x)
         headers["Via"] = "1.1 edgeplane-standby"
+        # Only this replica's own signature reaches the leader, never one a client sent.
+        for name in [k for k in headers if k.lower() == forwarded.HEADER.lower()]:
+            del headers[name]
+        if self._forward_key is not None and peer:
+            headers[forwarded.HEADER] = forwarded.forwarded_header(
+                self._forward_key, peer, request.method, request.rel_url.path
+            )
         body = await request.read()
         opening = asyncio.ensure_future(
             self._session.request(
@@ -171,11 +182,13 @@ async def start_standby_site(
     *,
     leader: LeaderLookup | None = None,
     client_ssl: ssl.SSLContext | None = None,
+    forward_key: bytes | None = None,
 ) -> web.AppRunner:
     """Serve the standby's answers on ``host:port``; :class:`StartupError` if it cannot bind.
     ``leader``: where to forward the API (None: answer 503 to everything but the probes);
-    ``client_ssl``: how to verify an ``https`` leader."""
-    forwarder = _Forwarder(leader, client_ssl)
+    ``client_ssl``: how to verify an ``https`` leader; ``forward_key``: the replicas' key that
+    signs the client each request is forwarded for (:mod:`.forwarded`)."""
+    forwarder = _Forwarder(leader, client_ssl, forward_key)
     app = web.Application(client_max_size=2 * 1024**2)
     app.router.add_get("/livez", _livez)
     app.router.add_get("/readyz", forwarder.not_ready)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import os
 from pathlib import Path
 from typing import Any
@@ -56,16 +58,22 @@ class SecretsKeyError(EdgeplaneError, RuntimeError):
 class EnvCipher:
     """Seals and opens ``env`` values with one AES-256-GCM key."""
 
-    __slots__ = ("_aead", "source")
+    __slots__ = ("_aead", "_key", "source")
 
     def __init__(self, key: bytes, *, source: str = "<key>") -> None:
         if len(key) != KEY_BYTES:
             raise ValueError(f"the key must be {KEY_BYTES} bytes, got {len(key)}")
         self._aead = AESGCM(key)
+        self._key = key
         self.source = source
 
     def __repr__(self) -> str:  # never the key
         return f"EnvCipher(source={self.source!r})"
+
+    def derive(self, label: str) -> bytes:
+        """A 32-byte key for another purpose (``label``), from this one: HMAC-SHA256(key, label).
+        Replicas that share the secrets key share each derived key; the key itself never leaves."""
+        return hmac.new(self._key, label.encode("utf-8"), hashlib.sha256).digest()
 
     def seal(self, value: str) -> str:
         """``enc:v1:...`` for ``value``; a value sealed already is kept as it is."""

@@ -298,9 +298,11 @@ async def test_a_replica_whose_secrets_key_cannot_open_the_store_is_refused_at_s
     (every replica at once, after the leader died), so it is refused at its start, in one line."""
     url = postgres_url.replace("postgresql+asyncpg://", "postgresql://")
     a_port = free_port()
+    # --rate-limit 1: each address gets 4 join attempts at once (the join test below).
     a, _ = _serve(
-        tmp_path, "a", nats_server.url, a_port, "--data-dir", str(tmp_path / "a"), "--database-url", url
-    )
+        tmp_path, "a", nats_server.url, a_port, "--data-dir", str(tmp_path / "a"), "--database-url", url,
+        "--rate-limit", "1",
+    )  # fmt: skip
     try:
         async with aiohttp.ClientSession() as session:
             token = await _leading(session, a_port, tmp_path / "a")
@@ -323,9 +325,9 @@ async def test_a_replica_whose_secrets_key_cannot_open_the_store_is_refused_at_s
         assert "s3cret" not in b_log.read_text()
         # With the leader's key it stands by.
         same_key = ("--secrets-key", str(tmp_path / "a" / "secrets.key"))
-        c_dir = str(tmp_path / "c")
+        c_dir, c_port = str(tmp_path / "c"), free_port()
         c, c_log = _serve(
-            tmp_path, "c", nats_server.url, free_port(), "--data-dir", c_dir, "--database-url", url, *same_key
+            tmp_path, "c", nats_server.url, c_port, "--data-dir", c_dir, "--database-url", url, *same_key
         )
         try:
 
@@ -334,7 +336,33 @@ async def test_a_replica_whose_secrets_key_cannot_open_the_store_is_refused_at_s
 
             await wait_for(c_said, lambda text: "standby" in text, timeout=30)
             assert c.poll() is None
+            await _joins_count_per_client_through_a_standby(a_port, c_port)
         finally:
             _stop(c)
     finally:
         _stop(a)
+
+
+async def _join_from(source: str, url: str, headers: dict[str, str] | None = None) -> int:
+    """POST /v1/join (its body refused: this hub takes anonymous agents) from ``source``."""
+    connector = aiohttp.TCPConnector(local_addr=(source, 0))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        body = {"token": "ep_join_x", "node": "n1", "public_key": "U" + "A" * 55}
+        async with session.post(url + "/v1/join", json=body, headers=headers or {}) as response:
+            return response.status
+
+
+async def _joins_count_per_client_through_a_standby(leader_port: int, standby_port: int) -> None:
+    """The join limit counts per client even through a standby: the standby signs whom it
+    forwards for with the replicas' shared key, and the leader trusts only that signature."""
+    leader, standby = f"http://127.0.0.1:{leader_port}", f"http://127.0.0.1:{standby_port}"
+    # 127.0.0.2 spends its 4 attempts through the standby; its 5th is refused 429.
+    answers = [await _join_from("127.0.0.2", standby) for _ in range(5)]
+    assert answers[:4] == [409] * 4 and answers[4] == 429, answers
+    # Another client through the same standby still has its own (it counted per standby before).
+    assert await _join_from("127.0.0.3", standby) == 409
+    # A client cannot claim to be forwarded: a header it signs itself is ignored.
+    answers = [await _join_from("127.0.0.4", leader) for _ in range(5)]
+    assert answers[4] == 429, answers
+    forged = {"X-Edgeplane-Forwarded-For": f"127.0.0.9;{int(time.time())};{'0' * 64}"}
+    assert await _join_from("127.0.0.4", leader, forged) == 429
