@@ -23,8 +23,15 @@ Model:
   one instance of the successor at the trigger's arrival; it is warm a cold-start time later
   and stays for the advisor's window; an invocation arriving while it loads waits for it (and
   counts as a cold start with the shorter wait);
+* a forecast pre-warm plan (from a :class:`~controlplane.serverless.forecast_prewarm.PrewarmPlan`)
+  asks, at each of its times, for a number of *free* instances (idle or loading) until a given
+  end: free instances alive then are held until that end (the most recently idled first;
+  headroom spares are not counted, they keep their own hold), and the missing ones load at once,
+  warm a cold-start time later (loading and idle time count as wasted memory); requests left
+  after the function's last arrival are still carried out, so their memory counts;
 * wasted memory-time = memory x the time an instance is loaded but not executing, counted up to
-  the horizon.
+  the horizon; with ``waste_split_s``, the part after that time is also reported on its own (to
+  measure a test span).
 
 Speed: functions are independent except for call-graph pre-warms, and those depend only on
 arrival times (which no policy changes). So the advisor runs first, in one time-ordered pass
@@ -44,6 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from controlplane.serverless.forecast_prewarm import PrewarmPlan
 from controlplane.serverless.headroom import OverlapPredictor
 from controlplane.serverless.keepalive import KeepAlivePolicy, Policy, PrewarmAdvisor
 from controlplane.serverless.traces import FloatArray, FunctionWorkload, Workload
@@ -85,6 +93,8 @@ class FunctionResult:
     prewarm_loads: int = 0
     callgraph_prewarms: int = 0
     spare_loads: int = 0
+    forecast_prewarms: int = 0  # instances loaded by the forecast plan
+    wasted_gb_s_after_split: float = 0.0  # the part of wasted_gb_s after ``waste_split_s``
 
     @property
     def cold_start_rate(self) -> float:
@@ -108,6 +118,7 @@ class SimulationResult:
     wall_s: float
     functions: list[FunctionResult] = field(repr=False, default_factory=list)
     spare_loads: int = 0
+    forecast_prewarms: int = 0
 
     def summary(self) -> dict[str, float | int]:
         """The JSON-ready metrics (no per-function detail)."""
@@ -122,6 +133,7 @@ class SimulationResult:
             "prewarm_loads": self.prewarm_loads,
             "callgraph_prewarms": self.callgraph_prewarms,
             "spare_loads": self.spare_loads,
+            "forecast_prewarms": self.forecast_prewarms,
             "wall_s": self.wall_s,
         }
 
@@ -167,6 +179,8 @@ def simulate_function(
     prewarm_times: FloatArray | None = None,
     prewarm_hold_s: float = 60.0,
     headroom: OverlapPredictor | None = None,
+    forecast_plan: PrewarmPlan | None = None,
+    waste_split_s: float | None = None,
 ) -> FunctionResult:
     """Simulate one function; see the module docstring for the model."""
     fid = fw.function_id
@@ -197,6 +211,16 @@ def simulate_function(
     next_cg = cg[0]
     cg_loads = 0
     last_end = -math.inf  # latest end of the invocations started so far
+    split = math.inf if waste_split_s is None else waste_split_s
+    late = 0.0  # wasted memory-time after `split` (a part of `waste`)
+    if forecast_plan is not None and len(forecast_plan.starts_s):
+        fp_start = [*forecast_plan.starts_s.tolist(), math.inf]
+        fp_end = forecast_plan.ends_s.tolist()
+        fp_want = forecast_plan.instances.tolist()
+    else:
+        fp_start, fp_end, fp_want = [math.inf], [], []
+    fp_i = 0
+    fp_loads = 0
 
     for i in range(n):
         t = arrivals[i]
@@ -206,6 +230,7 @@ def simulate_function(
             while idle and idle[0][2] < e:
                 ms, _, x = idle.popleft()
                 waste += max(0.0, min(x, hz) - ms)
+                late += max(0.0, min(x, hz) - max(ms, split))
             pw, ka = release_window(fid, e, idle_instances=len(idle))
             if ka > 0:
                 # The window counts from the end of the function's in-flight work (what the
@@ -227,15 +252,21 @@ def simulate_function(
             if not any(r <= ready <= x or ms <= tp < r for ms, r, x in idle):
                 idle.append((tp, ready, max(ready, tp + prewarm_hold_s)))
                 cg_loads += 1
+        # Forecast pre-warm requests made before this arrival.
+        while fp_start[fp_i] <= t:
+            fp_loads += _hold_free(idle, fp_start[fp_i], fp_end[fp_i], fp_want[fp_i], t, cs)
+            fp_i += 1
         while idle and idle[0][2] < t:
             ms, _, x = idle.popleft()
             waste += max(0.0, min(x, hz) - ms)
+            late += max(0.0, min(x, hz) - max(ms, split))
 
         if spares:
             kept = []
             for ms, r, x in spares:
                 if x < t:
                     waste += max(0.0, min(x, hz) - ms)
+                    late += max(0.0, min(x, hz) - max(ms, split))
                 else:
                     kept.append((ms, r, x))
             spares = kept
@@ -268,9 +299,12 @@ def simulate_function(
         if hit >= 0:
             ms = idle[hit][0]
             waste += t - ms
+            late += max(0.0, t - max(ms, split))
             del idle[hit]
         elif spare >= 0:
-            waste += t - spares[spare][0]
+            ms = spares[spare][0]
+            waste += t - ms
+            late += max(0.0, t - max(ms, split))
             del spares[spare]
         if wait > 0.0:
             cold += 1
@@ -301,8 +335,12 @@ def simulate_function(
             r = max(last_end, e) + pw
             idle.append((max(e, r - cs) if pw > 0 else e, r if pw > 0 else e, r + ka))
             prewarm_loads += pw > 0
+    while fp_i < len(fp_end):
+        fp_loads += _hold_free(idle, fp_start[fp_i], fp_end[fp_i], fp_want[fp_i], math.inf, cs)
+        fp_i += 1
     for ms, _, x in (*idle, *spares):
         waste += max(0.0, min(x, hz) - ms)
+        late += max(0.0, min(x, hz) - max(ms, split))
     return FunctionResult(
         fid,
         n,
@@ -312,7 +350,31 @@ def simulate_function(
         prewarm_loads,
         cg_loads,
         spare_loads,
+        fp_loads,
+        late * fw.memory_mb / 1024.0,
     )
+
+
+def _hold_free(
+    idle: deque[tuple[float, float, float]], tp: float, until: float, want: int, now: float, cs: float
+) -> int:
+    """Carry out a forecast request made at ``tp``: ``want`` free instances until ``until``.
+
+    Free instances alive at ``tp``, or released by ``now`` (the next arrival: none can have been
+    taken in between), are held until ``until``, the most recently idled first; the missing ones
+    load at ``tp``. Returns the number loaded.
+    """
+    for j in range(len(idle) - 1, -1, -1):
+        if want <= 0:
+            return 0
+        ms, r, x = idle[j]
+        if ms <= now and x >= tp:
+            if x < until:
+                idle[j] = (ms, r, until)
+            want -= 1
+    for _ in range(want):
+        idle.append((tp, tp + cs, max(tp + cs, until)))
+    return max(want, 0)
 
 
 def simulate(
@@ -320,8 +382,13 @@ def simulate(
     policy: Policy | Callable[[], Policy],
     *,
     cold_start: ColdStartModel | None = None,
+    waste_split_s: float | None = None,
 ) -> SimulationResult:
-    """Simulate every function of ``workload`` under ``policy`` (a fresh one, or a factory)."""
+    """Simulate every function of ``workload`` under ``policy`` (a fresh one, or a factory).
+
+    ``waste_split_s``: also report each function's wasted memory after that time
+    (:attr:`FunctionResult.wasted_gb_s_after_split`).
+    """
     started = time.perf_counter()
     pol = policy if isinstance(policy, Policy) else policy()
     cold_start = cold_start or ColdStartModel()
@@ -330,6 +397,10 @@ def simulate(
     if pol.advisor is not None:
         prewarms = list(call_graph_prewarms(workload, pol.advisor))
         hold = pol.advisor.window_s
+    # The forecast plan, like the call graph, depends on arrival times only: made before the runs.
+    plans: list[PrewarmPlan | None] = (
+        list(pol.forecast.plan(workload)) if pol.forecast is not None else [None] * len(workload.functions)
+    )
     results = [
         simulate_function(
             f,
@@ -339,6 +410,8 @@ def simulate(
             prewarm_times=prewarms[i],
             prewarm_hold_s=hold,
             headroom=pol.headroom,
+            forecast_plan=plans[i],
+            waste_split_s=waste_split_s,
         )
         for i, f in enumerate(workload.functions)
         if len(f.arrivals_s)
@@ -375,6 +448,7 @@ def _aggregate(
         wall_s=wall_s,
         functions=results,
         spare_loads=sum(r.spare_loads for r in results),
+        forecast_prewarms=sum(r.forecast_prewarms for r in results),
     )
 
 

@@ -42,6 +42,13 @@ Policies:
     an arrival takes the last free one and the next arrival is predicted to overlap
     (:class:`OverlapPredictor`). ``edgeplane-no-callgraph``, ``edgeplane-no-pool`` and
     ``edgeplane-no-headroom`` switch one extra off each, so its effect can be measured.
+``edgeplane-forecast``
+    ``edgeplane`` plus forecast pre-warming (:class:`ForecastPrewarmer`, offline only): a
+    minute whose forecast arrivals (the learned ``controlplane.predict.LoadPredictor``, fitted
+    on the first 2/3 of the trace's minutes and used after them) give at least a 50% chance of
+    one arrival starts with a free instance. ``edgeplane-forecast-multi`` asks for as many as
+    the forecast arrivals would overlap; ``edgeplane-forecast-seasonal`` uses the numpy-only
+    seasonal baseline instead, from the first minute. The learned ones need scikit-learn.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from edgeplane_contract.errors import EdgeplaneError
 from controlplane.serverless.burst import BurstPool, BurstPoolConfig, EdgeplaneKeepAlive
 from controlplane.serverless.callgraph import CallGraphAdvisor, CallGraphConfig
 from controlplane.serverless.fixed import FixedKeepAlive
+from controlplane.serverless.forecast_prewarm import ForecastPrewarmConfig, ForecastPrewarmer, LoadPrewarmer
 from controlplane.serverless.headroom import HeadroomConfig, OverlapPredictor
 from controlplane.serverless.hybrid import HybridConfig, HybridHistogramPolicy, IdleTimeHistogram
 from controlplane.serverless.window import KeepAlivePolicy, PrewarmAdvisor, Window
@@ -66,6 +74,7 @@ __all__ = [
     "CallGraphConfig",
     "EdgeplaneKeepAlive",
     "FixedKeepAlive",
+    "ForecastPrewarmer",
     "HeadroomConfig",
     "HybridConfig",
     "HybridHistogramPolicy",
@@ -93,8 +102,9 @@ class UnknownPolicyError(EdgeplaneError, ValueError):
 
 @dataclass(slots=True)
 class Policy:
-    """A keep-alive policy and, optionally, a pre-warm advisor and a headroom predictor, under
-    one name.
+    """A keep-alive policy and, optionally, a pre-warm advisor, a headroom predictor and a
+    forecast pre-warmer (offline: the simulator plans it from the whole workload's arrivals;
+    the live hub does not use it), under one name.
 
     The live hub calls :meth:`observe_invocation` on every invocation (in arrival order) and
     pre-warms the functions it returns, then asks :meth:`spare_hold_s` whether to start a spare
@@ -106,6 +116,7 @@ class Policy:
     keepalive: KeepAlivePolicy
     advisor: PrewarmAdvisor | None = None
     headroom: OverlapPredictor | None = None
+    forecast: LoadPrewarmer | None = None
 
     def observe_invocation(
         self, function_id: str, t_s: float, duration_s: float = 0.0, *, concurrency: int = 1
@@ -125,7 +136,14 @@ class Policy:
         return self.headroom.spare_hold_s(function_id, free_instances=free_instances)
 
 
-def _edgeplane(name: str, *, call_graph: bool = True, pool: bool = True, headroom: bool = True) -> Policy:
+def _edgeplane(
+    name: str,
+    *,
+    call_graph: bool = True,
+    pool: bool = True,
+    headroom: bool = True,
+    forecast: ForecastPrewarmConfig | None = None,
+) -> Policy:
     hybrid = HybridHistogramPolicy(HybridConfig(early_span_bins=2), name=name)
     ka = EdgeplaneKeepAlive(hybrid, BurstPool() if pool else None, name=name)
     return Policy(
@@ -133,6 +151,7 @@ def _edgeplane(name: str, *, call_graph: bool = True, pool: bool = True, headroo
         ka,
         CallGraphAdvisor() if call_graph else None,
         OverlapPredictor(HeadroomConfig()) if headroom else None,
+        ForecastPrewarmer(forecast) if forecast is not None else None,
     )
 
 
@@ -144,13 +163,22 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     "edgeplane-no-callgraph": lambda: _edgeplane("edgeplane-no-callgraph", call_graph=False),
     "edgeplane-no-pool": lambda: _edgeplane("edgeplane-no-pool", pool=False),
     "edgeplane-no-headroom": lambda: _edgeplane("edgeplane-no-headroom", headroom=False),
+    "edgeplane-forecast": lambda: _edgeplane("edgeplane-forecast", forecast=ForecastPrewarmConfig()),
+    "edgeplane-forecast-multi": lambda: _edgeplane(
+        "edgeplane-forecast-multi", forecast=ForecastPrewarmConfig(multi=True)
+    ),
+    "edgeplane-forecast-seasonal": lambda: _edgeplane(
+        "edgeplane-forecast-seasonal", forecast=ForecastPrewarmConfig(forecaster="seasonal")
+    ),
 }
 
 POLICY_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 
 
 def make_policy(name: str) -> Policy:
-    """A fresh policy (no learned state) by registry name; raises :class:`UnknownPolicyError`."""
+    """A fresh policy (no learned state) by registry name; raises :class:`UnknownPolicyError`,
+    or :class:`~controlplane.predict.PredictDependencyError` for a learned forecast policy
+    without scikit-learn."""
     try:
         factory = _FACTORIES[name]
     except KeyError:

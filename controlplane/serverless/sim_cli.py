@@ -58,8 +58,9 @@ def _fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run the comparison; returns the exit status (2 on bad input)."""
+    from controlplane.predict import PredictDependencyError
     from controlplane.serverless.funcsim import ColdStartModel, SimulationResult, simulate
-    from controlplane.serverless.keepalive import POLICY_NAMES, make_policy
+    from controlplane.serverless.keepalive import POLICY_NAMES, Policy, make_policy
     from controlplane.serverless.synthetic import SyntheticConfig, generate_workload
     from controlplane.serverless.traces import TraceFormatError, load_azure_trace
 
@@ -69,6 +70,12 @@ def run(args: argparse.Namespace) -> int:
     for p in policies:
         if p not in POLICY_NAMES:
             return _fail(f"unknown policy {p!r} in --policies (known: {', '.join(POLICY_NAMES)})")
+    built: dict[str, Policy] = {}
+    for p in policies:
+        try:  # before the trace loads: a policy missing its optional dependency fails at once
+            built[p] = make_policy(p)
+        except PredictDependencyError as exc:
+            return _fail(f"policy {p!r}: {exc}")
     if args.functions is not None and args.functions < 1:
         return _fail("--functions must be >= 1")
     if args.hours is not None and args.hours <= 0:
@@ -121,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
     results: dict[str, SimulationResult] = {}
     for name in policies:
-        results[name] = simulate(workload, make_policy(name), cold_start=cold)
+        results[name] = simulate(workload, built[name], cold_start=cold)
         r = results[name]
         # Progress, not a result: stderr, so that stdout holds the trace line and the tables only.
         print(f"  simulated {name} in {r.wall_s:.1f} s", file=sys.stderr, flush=True)
@@ -145,11 +152,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _table(results: dict[str, Any]) -> str:
-    head = f"{'policy':<24}{'cold %':>9}{'p75 fn cold %':>15}{'wasted GB-s':>16}{'p50 ms':>10}{'p99 ms':>11}"
+    w = max(24, 2 + max(map(len, results), default=0))  # the longest policy name fits
+    head = f"{'policy':<{w}}{'cold %':>9}{'p75 fn cold %':>15}{'wasted GB-s':>16}{'p50 ms':>10}{'p99 ms':>11}"
     lines = [head, "-" * len(head)]
     for name, r in results.items():
         lines.append(
-            f"{name:<24}{100 * r.cold_start_rate:>9.2f}{100 * r.cold_start_rate_p75_function:>15.2f}"
+            f"{name:<{w}}{100 * r.cold_start_rate:>9.2f}{100 * r.cold_start_rate_p75_function:>15.2f}"
             f"{r.wasted_memory_gb_s:>16,.0f}{r.p50_latency_ms:>10.0f}{r.p99_latency_ms:>11.0f}"
         )
     return "\n".join(lines)
@@ -179,11 +187,12 @@ def _ratio_table(ratios: dict[str, dict[str, float | None]]) -> str:
     def fmt(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.2f}"
 
-    head = f"{'vs ' + _BASELINE:<24}{'cold':>9}{'p75 fn cold':>15}{'wasted mem':>16}"
+    w = max(24, 2 + max(map(len, ratios), default=0))
+    head = f"{'vs ' + _BASELINE:<{w}}{'cold':>9}{'p75 fn cold':>15}{'wasted mem':>16}"
     lines = [head, "-" * len(head)]
     for name, r in ratios.items():
         lines.append(
-            f"{name:<24}{fmt(r['cold_start_rate']):>9}{fmt(r['cold_start_rate_p75_function']):>15}"
+            f"{name:<{w}}{fmt(r['cold_start_rate']):>9}{fmt(r['cold_start_rate_p75_function']):>15}"
             f"{fmt(r['wasted_memory_gb_s']):>16}"
         )
     return "\n".join(lines)

@@ -96,7 +96,8 @@ async def test_a_silent_node_is_named_and_the_others_still_answer(nats_server, s
             for _ in range(40):
                 status, body = await api.call("GET", "/v1/nodes/s2/decisions")
                 if status == 503:
-                    assert body["error"]["message"].startswith("node s2: malformed answer: answered for node"), body
+                    message = body["error"]["message"]
+                    assert message.startswith("node s2: malformed answer: answered for node"), body
                 else:
                     assert status == 200 and body["node"] == "s2" and "v" not in body, body
                     assert set(body) == {"node", "epsilon", "truncated", "entries"}, body
