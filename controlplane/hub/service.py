@@ -186,6 +186,8 @@ class Hub:
         # Called with (node, latency over SLA) for each placement with an SLA that ends Succeeded
         # or Failed (the canary controller's outcome guard, controlplane/policies/canary_live.py).
         self.placement_outcome_listeners: list[Callable[[str, float], None]] = []
+        # Told each heartbeat's power source and battery level (the canary's energy guard).
+        self.power_listeners: list[Callable[[NodeLive, str, float | None], None]] = []
         # Nodes taking no new placements (the descheduler's cordon of an anomalous node).
         self.cordoned: set[str] = set()
         self.descheduler = Descheduler(self, settings.descheduler)
@@ -460,6 +462,8 @@ class Hub:
         if msg.policy_regret is not None:
             for listener in self.policy_regret_listeners:
                 listener(live, msg.policy_regret)
+        for power_listener in self.power_listeners:
+            power_listener(live, msg.telemetry.power_source, msg.telemetry.battery_percent)
         if live.status != "Ready":
             live.held = False  # back within the autonomy window: its held work simply goes on
             async with self._lock, self.store.session() as s:

@@ -26,6 +26,7 @@ import hashlib
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from typing import Any, Protocol
@@ -45,6 +46,10 @@ __all__ = ["CanaryRollouts", "LiveCanary", "bucket"]
 log = logging.getLogger("edgeplane.hub.policy")
 
 TICK_S = 1.0
+#: A battery-drain sample per node this often, over this span (a level moves in whole percents:
+#: a 10 %/h drain moves it 1.7 points in 10 minutes).
+DRAIN_WINDOW_S = 60.0
+DRAIN_SPAN_S = 600.0
 
 
 def bucket(node: str) -> int:
@@ -63,6 +68,9 @@ class CanaryHub(Protocol):
     @property
     def placement_outcome_listeners(self) -> list[Callable[[str, float], None]]: ...
 
+    @property
+    def power_listeners(self) -> list[Callable[[NodeLive, str, float | None], None]]: ...
+
 
 class LiveCanary:
     """One version's canary, from its start to its promotion or rollback."""
@@ -77,6 +85,8 @@ class LiveCanary:
         wake: Callable[[], None],
         by: str,
         clock: Callable[[], float] = time.monotonic,
+        drain_window_s: float = DRAIN_WINDOW_S,
+        drain_span_s: float = DRAIN_SPAN_S,
     ) -> None:
         self.version = version
         self.registry = registry
@@ -91,6 +101,13 @@ class LiveCanary:
         # (latency over SLA, capped; a failure counts the cap). It never steps or promotes; its
         # rollback is the canary's.
         self.outcomes = CanaryController(replace(config, steps=(1.0,), dwell_s=math.inf), start_s=0.0)
+        # The energy guard: the same rules over the battery drain (percent per hour) of the
+        # group's nodes while they run on battery, one sample per node per ``drain_window_s``.
+        self.drain = CanaryController(replace(config, steps=(1.0,), dwell_s=math.inf), start_s=0.0)
+        self.drain_window_s = drain_window_s
+        self.drain_span_s = drain_span_s
+        self._levels: dict[str, deque[tuple[float, float]]] = {}  # node -> (t, battery %) on battery
+        self._drain_sampled: dict[str, float] = {}  # node -> when its last sample was taken
         self.nodes: list[str] = []
         self._acted = 0  # controller events already acted on
         # What has been done (the controller decides first; the store and the nodes follow).
@@ -121,13 +138,38 @@ class LiveCanary:
         if group is not None:
             self.outcomes.observe(group, value, self._t())
 
+    def observe_power(self, live: NodeLive, source: str, battery_percent: float | None) -> None:
+        """A heartbeat's power. On battery, every ``drain_window_s`` the node's drain over the
+        last ``drain_span_s`` (percent per hour, none gained back; a span long enough that whole
+        percents do not hide the rate) is one sample of its group; a node on mains, or without a
+        battery level, starts again."""
+        t = self._t()
+        if source != "battery" or battery_percent is None:
+            self._levels.pop(live.name, None)
+            return
+        levels = self._levels.setdefault(live.name, deque())
+        levels.append((t, battery_percent))
+        while len(levels) > 2 and levels[1][0] <= t - self.drain_span_s:
+            levels.popleft()  # keep one reading at or before the span's start
+        since, level = levels[0]
+        last = self._drain_sampled.get(live.name, -math.inf)
+        if t - since < self.drain_span_s or t - last < self.drain_window_s:
+            return
+        self._drain_sampled[live.name] = t
+        group = self._group(live)
+        if group is not None:
+            self.drain.observe(group, max(0.0, level - battery_percent) * 3600.0 / (t - since), t)
+
     async def tick(self) -> None:
         """Let the controller judge on the clock, and act on what it decided since the last tick."""
         t = self._t()
         self.controller.evaluate(t)
         self.outcomes.evaluate(t)
+        self.drain.evaluate(t)
         if self.outcomes.state == "rolled_back" and self.controller.state == "canary":
             self.controller.roll_back(t, f"outcomes against SLA: {self.outcomes.events[-1].reason}")
+        if self.drain.state == "rolled_back" and self.controller.state == "canary":
+            self.controller.roll_back(t, f"battery drain: {self.drain.events[-1].reason}")
         events = self.controller.events
         while self._acted < len(events):
             event = events[self._acted]
@@ -206,6 +248,7 @@ class LiveCanary:
     async def run(self) -> None:
         self.hub.policy_regret_listeners.append(self.observe)
         self.hub.placement_outcome_listeners.append(self.observe_outcome)
+        self.hub.power_listeners.append(self.observe_power)
         try:
             await self.tick()  # the start: the first share
             while self.state == "canary":
@@ -224,6 +267,7 @@ class LiveCanary:
         finally:
             self.hub.policy_regret_listeners.remove(self.observe)
             self.hub.placement_outcome_listeners.remove(self.observe_outcome)
+            self.hub.power_listeners.remove(self.observe_power)
 
     @classmethod
     def resumed(
@@ -272,6 +316,8 @@ class LiveCanary:
             "scores": {"canary": canary, "control": control},
             "outcome_scores": dict(zip(("canary", "control"), self.outcomes.scores, strict=True)),
             "outcome_samples": dict(self.outcomes.samples),
+            "drain_scores": dict(zip(("canary", "control"), self.drain.scores, strict=True)),
+            "drain_samples": dict(self.drain.samples),
             "nodes": list(self.nodes),
             "failure": self.failure,
         }
@@ -352,6 +398,8 @@ class CanaryRollouts:
             "scores": {"canary": 0.0, "control": 0.0},
             "outcome_samples": dict(zero),
             "outcome_scores": {"canary": 0.0, "control": 0.0},
+            "drain_samples": dict(zero),
+            "drain_scores": {"canary": 0.0, "control": 0.0},
             "events": list(row.events),
             "nodes": list(row.nodes),
             "failure": "" if row.state != "canary" else "not running on this hub (it resumes at a start)",

@@ -122,6 +122,10 @@ class CanaryStatus:
     scores: CanaryGroups
     outcome_samples: Annotated[CanarySamples, {"description": "outcomes against SLA counted (the guard)"}]
     outcome_scores: CanaryGroups
+    drain_samples: Annotated[
+        CanarySamples, {"description": "battery drain samples counted (the energy guard; nodes on battery)"}
+    ]
+    drain_scores: CanaryGroups
     events: list[CanaryEvent]
     nodes: list[str]
     failure: Annotated[str, {"description": "why the controller stopped early, if it did"}]
@@ -137,6 +141,8 @@ class CanaryStatus:
             scores=CanaryGroups(**d["scores"]),
             outcome_samples=CanarySamples(**d["outcome_samples"]),
             outcome_scores=CanaryGroups(**d["outcome_scores"]),
+            drain_samples=CanarySamples(**d["drain_samples"]),
+            drain_scores=CanaryGroups(**d["drain_scores"]),
             events=[CanaryEvent(**e) for e in d["events"]],
             nodes=list(d["nodes"]),
             failure=d["failure"],

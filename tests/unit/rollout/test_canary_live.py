@@ -1,6 +1,6 @@
-"""The live canary's outcome guard (controlplane/policies/canary_live.py) on a real SQLite store:
-work on the canary's nodes finishing far over its SLA rolls the version back even while the
-decisions' regret says nothing is wrong."""
+"""The live canary's guards (controlplane/policies/canary_live.py) on a real SQLite store: work on
+the canary's nodes finishing far over its SLA, or their batteries draining far faster than the
+control group's, rolls the version back even while the decisions' regret says nothing is wrong."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ class StandInHub:
         self.nodes = {name: NodeLive(name, "c", "Ready", "b", 3.0, 0.0) for name in ("n1", "n2", "n3", "n4")}
         self.policy_regret_listeners: list[Any] = []
         self.placement_outcome_listeners: list[Any] = []
+        self.power_listeners: list[Any] = []
 
 
 async def _store_with_a_version(tmp_path: Path) -> Store:
@@ -140,3 +141,67 @@ async def test_a_canary_goes_on_from_its_step_after_the_hub_restarts(tmp_path: P
         assert (await registry.get(1)).state == "promoted"
     finally:
         await store.close()
+
+
+async def _drain_run(tmp_path: Path, canary_pct_per_s: float, control_pct_per_s: float) -> LiveCanary:
+    """Every node on battery, heartbeats each second; the canary's and the control's nodes lose
+    charge at the given rates (the battery is the part that cannot run here: its level is
+    scripted, what the canary does with the heartbeats is real)."""
+    store = await _store_with_a_version(tmp_path)
+    try:
+        registry = PolicyRegistry(store)
+        hub = StandInHub()
+        now = [0.0]
+        config = RolloutConfig(
+            steps=(0.5, 1.0), dwell_s=600, sustain_s=5, threshold=0.5, min_samples=5, recent=5
+        )
+        canary = LiveCanary(
+            version=1, config=config, registry=registry, hub=hub, wake=lambda: None, by="t",
+            clock=lambda: now[0], drain_window_s=5.0, drain_span_s=60.0,
+        )  # fmt: skip
+        await canary.tick()
+        for name in canary.nodes:
+            hub.nodes[name].policy_version = 1
+        for second in range(300):
+            now[0] = float(second)
+            for name, live in hub.nodes.items():
+                rate = canary_pct_per_s if name in canary.nodes else control_pct_per_s
+                level = max(0.0, 100.0 - rate * second)
+                canary.observe(live, 0.0)  # the decisions look fine
+                canary.observe_power(live, "battery", float(int(level)))  # whole percents, as sysfs
+            await canary.tick()
+            if canary.state != "canary":
+                break
+        return canary
+    finally:
+        await store.close()
+
+
+async def test_a_canary_whose_nodes_drain_their_batteries_is_rolled_back(tmp_path: Path) -> None:
+    # The canary's nodes lose 0.2 %/s (720 %/h), the control's 0.05 %/s: 4x.
+    canary = await _drain_run(tmp_path, 0.2, 0.05)
+    assert canary.state == "rolled_back", canary.describe()
+    described = canary.describe()
+    assert described["events"][-1]["reason"].startswith("battery drain: canary score")
+    assert described["drain_scores"]["canary"] > 0.5 >= described["drain_scores"]["control"]
+    assert described["drain_samples"]["canary"] >= 5 and described["drain_samples"]["control"] >= 5
+
+
+async def test_a_drain_the_whole_fleet_shares_does_not_roll_the_canary_back(tmp_path: Path) -> None:
+    # Night falls on every node alike: the canary drains as the control does, nothing to blame.
+    canary = await _drain_run(tmp_path, 0.1, 0.1)
+    assert canary.state != "rolled_back", canary.describe()
+    assert canary.describe()["drain_samples"]["canary"] >= 5
+
+
+def test_nodes_on_mains_give_no_drain_samples() -> None:
+    hub = StandInHub()
+    canary = LiveCanary(
+        version=1, config=RolloutConfig(), registry=None, hub=hub, wake=lambda: None, by="t",  # type: ignore[arg-type]
+        clock=lambda: 100.0, drain_window_s=0.0, drain_span_s=0.0,
+    )  # fmt: skip
+    for live in hub.nodes.values():
+        canary.observe_power(live, "mains", 80.0)
+        canary.observe_power(live, "battery", None)
+        canary.observe_power(live, "mains", 70.0)
+    assert canary.describe()["drain_samples"] == {"canary": 0, "control": 0}

@@ -113,6 +113,8 @@ async def _samples() -> dict[type, list[Any]]:
             "scores": {"canary": 0.0, "control": 0.0},
             "outcome_scores": {"canary": 0.0, "control": 0.0},
             "outcome_samples": {"canary": 2, "control": 5},
+            "drain_scores": {"canary": 0.0, "control": 0.0},
+            "drain_samples": {"canary": 0, "control": 3},
             "nodes": ["n1"],
             "failure": "",
         }
