@@ -38,24 +38,32 @@ async def _store_with_a_version(tmp_path: Path) -> Store:
     return store
 
 
+def _half_then_all(
+    registry: PolicyRegistry,
+    hub: StandInHub,
+    now: list[float],
+    *,
+    dwell_s: float,
+    sustain_s: float,
+    **kw: float,
+) -> LiveCanary:
+    """Version 1's canary: half the nodes, then all; quick to judge (5 samples, threshold 0.5)."""
+    config = RolloutConfig(
+        steps=(0.5, 1.0), dwell_s=dwell_s, sustain_s=sustain_s, threshold=0.5, min_samples=5, recent=5
+    )
+    return LiveCanary(
+        version=1, config=config, registry=registry, hub=hub, wake=lambda: None, by="t",
+        clock=lambda: now[0], **kw,
+    )  # fmt: skip
+
+
 async def test_outcomes_far_over_their_sla_on_canary_nodes_roll_the_version_back(tmp_path: Path) -> None:
     store = await _store_with_a_version(tmp_path)
     try:
         registry = PolicyRegistry(store)
         hub = StandInHub()
         now = [0.0]
-        config = RolloutConfig(
-            steps=(0.5, 1.0), dwell_s=60, sustain_s=2, threshold=0.5, min_samples=5, recent=5
-        )
-        canary = LiveCanary(
-            version=1,
-            config=config,
-            registry=registry,
-            hub=hub,
-            wake=lambda: None,
-            by="t",
-            clock=lambda: now[0],
-        )
+        canary = _half_then_all(registry, hub, now, dwell_s=60, sustain_s=2)
         await canary.tick()  # the start: half the nodes assigned
         assert sorted(await registry.assignments()) == canary.nodes and len(canary.nodes) == 2
         for name in canary.nodes:
@@ -152,13 +160,9 @@ async def _drain_run(tmp_path: Path, canary_pct_per_s: float, control_pct_per_s:
         registry = PolicyRegistry(store)
         hub = StandInHub()
         now = [0.0]
-        config = RolloutConfig(
-            steps=(0.5, 1.0), dwell_s=600, sustain_s=5, threshold=0.5, min_samples=5, recent=5
+        canary = _half_then_all(
+            registry, hub, now, dwell_s=600, sustain_s=5, drain_window_s=5.0, drain_span_s=60.0
         )
-        canary = LiveCanary(
-            version=1, config=config, registry=registry, hub=hub, wake=lambda: None, by="t",
-            clock=lambda: now[0], drain_window_s=5.0, drain_span_s=60.0,
-        )  # fmt: skip
         await canary.tick()
         for name in canary.nodes:
             hub.nodes[name].policy_version = 1
