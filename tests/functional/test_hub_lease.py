@@ -356,6 +356,8 @@ async def _joins_count_per_client_through_a_standby(leader_port: int, standby_po
     """The join limit counts per client even through a standby: the standby signs whom it
     forwards for with the replicas' shared key, and the leader trusts only that signature."""
     leader, standby = f"http://127.0.0.1:{leader_port}", f"http://127.0.0.1:{standby_port}"
+    async with aiohttp.ClientSession() as session:  # it says "standby" before its site listens
+        await wait_for(lambda: _get(session, standby + "/livez"), lambda r: r[0] == 200, timeout=30)
     # 127.0.0.2 spends its 4 attempts through the standby; its 5th is refused 429.
     answers = [await _join_from("127.0.0.2", standby) for _ in range(5)]
     assert answers[:4] == [409] * 4 and answers[4] == 429, answers
