@@ -174,7 +174,8 @@ async def start_canary(request: web.Request) -> web.Response:
     except ValueError as exc:  # the parser checks each field; this is a last line
         raise ValidationError(str(exc), field="<body>") from None
     _can_sign(request)
-    canary = await request.app[CANARIES].start(version, config, by=_who(request))
+    drain = (body.drain_window_s, body.drain_span_s)
+    canary = await request.app[CANARIES].start(version, config, by=_who(request), drain=drain)
     return web.json_response(to_json(CanaryStatus.of(canary.describe())), status=201)
 
 

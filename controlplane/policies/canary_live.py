@@ -203,6 +203,11 @@ class LiveCanary:
             session.info["wrote"] = True
         log.info("policy v%d canary: %s at %.0f%% (%s)", self.version, kind, 100 * fraction, reason)
 
+    def _config_json(self) -> dict[str, Any]:
+        """What the store keeps of the configuration: the rules and the energy guard's timing."""
+        drain = {"window_s": self.drain_window_s, "span_s": self.drain_span_s}
+        return {**_config_json(self.controller.config), "drain": drain}
+
     async def record_start(self, session: AsyncSession) -> None:
         """The accepted canary, before anything was done: a hub that stops now leaves it to the
         next one, which starts it (:meth:`resumed`)."""
@@ -210,7 +215,7 @@ class LiveCanary:
         if row is None:
             row = PolicyCanaryRow(version=self.version)
             session.add(row)
-        row.config = _config_json(self.controller.config)
+        row.config = self._config_json()
         row.started_at = self.started_at
         row.started_by = self.by[:63]
         row.state, row.step, row.fraction, row.nodes, row.events = "canary", 0, 0.0, [], []
@@ -223,7 +228,7 @@ class LiveCanary:
         if row is None:
             row = PolicyCanaryRow(
                 version=self.version,
-                config=_config_json(self.controller.config),
+                config=self._config_json(),
                 started_at=self.started_at,
                 started_by=self.by[:63],
             )
@@ -283,6 +288,7 @@ class LiveCanary:
         they were, its clock counting from its first start, its windows empty and its step's
         dwell started again (it judges only what it sees from now on)."""
         config = _config_of(row.config)
+        drain = row.config.get("drain", {})
         canary = cls(
             version=row.version,
             config=config,
@@ -291,6 +297,8 @@ class LiveCanary:
             wake=wake,
             by=row.started_by,
             clock=clock,
+            drain_window_s=float(drain.get("window_s", DRAIN_WINDOW_S)),
+            drain_span_s=float(drain.get("span_s", DRAIN_SPAN_S)),
         )
         canary.started = clock() - max(0.0, time.time() - row.started_at)
         canary.started_at = row.started_at
@@ -347,7 +355,15 @@ class CanaryRollouts:
                 return self.canaries[version]
         return None
 
-    async def start(self, version: int, config: RolloutConfig, *, by: str) -> LiveCanary:
+    async def start(
+        self,
+        version: int,
+        config: RolloutConfig,
+        *,
+        by: str,
+        drain: tuple[float, float] = (DRAIN_WINDOW_S, DRAIN_SPAN_S),
+    ) -> LiveCanary:
+        """Start ``version``'s canary (``drain``: the energy guard's sample window and span, s)."""
         row = await self.registry.get(version)
         running = self.active()
         if running is not None:
@@ -365,6 +381,8 @@ class CanaryRollouts:
             wake=self.wake,
             by=by,
             clock=self.clock,
+            drain_window_s=drain[0],
+            drain_span_s=drain[1],
         )
         async with self.registry.store.session() as session:  # accepted: kept before the answer
             await canary.record_start(session)
@@ -443,4 +461,5 @@ def _config_json(config: RolloutConfig) -> dict[str, Any]:
 
 
 def _config_of(data: dict[str, Any]) -> RolloutConfig:
-    return RolloutConfig(**{**data, "steps": tuple(data["steps"])})
+    rules = {k: v for k, v in data.items() if k != "drain"}  # the energy guard's: not the rules'
+    return RolloutConfig(**{**rules, "steps": tuple(rules["steps"])})

@@ -159,6 +159,8 @@ class CanaryRequest:
     recent: int = 30
     window: int = 300
     baseline_floor: float = 0.01
+    drain_window_s: float = 60.0
+    drain_span_s: float = 600.0
 
 
 def _steps(value: Any, where: str) -> list[int]:
@@ -198,6 +200,17 @@ CANARY: Model[CanaryRequest] = Model(
             "baseline_floor",
             Number("must be a number from 0 to 10", low=0.0, high=10.0),
             description="the least baseline (the regret of a policy that decides as the objective is 0)",
+        ),
+        Field(
+            "drain_window_s",
+            Number("must be a number of seconds from 0.1 to 3600", low=0.1, high=3600.0),
+            description="the energy guard: a drain sample per node on battery this often (default 60)",
+        ),
+        Field(
+            "drain_span_s",
+            Number("must be a number of seconds from 1 to 86400", low=1.0, high=86400.0),
+            description="the energy guard: each sample's drain is over this span (default 600; whole "
+            "battery percents need minutes to show a rate)",
         ),
     ),
 )

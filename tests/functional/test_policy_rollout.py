@@ -15,7 +15,15 @@ from typing import Any
 
 import nats
 import pytest
-from harness import SecuredNats, enrol, running_agents, running_hub, secured_nats, wait_for
+from harness import (
+    SecuredNats,
+    enrol,
+    running_agents,
+    running_hub,
+    secured_nats,
+    wait_for,
+    write_power_supply,
+)
 
 from edgeplane_contract.credentials import new_user_seed, public_key_of
 from edgeplane_contract.messages import PolicyAckV1, PolicyV1, Subjects, decode, encode
@@ -273,6 +281,47 @@ async def test_the_canary_controller_rolls_back_a_bad_version_and_promotes_a_goo
             assert 'edgeplane_policy_canary_state{state="rolled_back",version="1"} 1.0' in metrics
             assert 'edgeplane_policy_canary_state{state="promoted",version="2"} 1.0' in metrics
             print("bad:", json.dumps(bad["events"]), "\ngood:", json.dumps(good["events"]))
+
+
+async def test_the_energy_guard_rolls_back_a_canary_whose_nodes_drain_their_batteries(
+    secured: SecuredNats, sqlite_url: str, tmp_path: Path
+) -> None:
+    """Real agents on battery (their power-supply trees are the one mocked part: the test sets the
+    levels). A version that decides as the shipped model does, so regret and SLA say nothing; the
+    canary's nodes lose charge 4x as fast as the control's: the energy guard rolls it back."""
+    async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (running, api):
+        names = ["e1", "e2", "e3", "e4"]
+        seeds = {name: await _enrol(running, name) for name in names}
+        async with _agents(secured, tmp_path, seeds):
+            level = dict.fromkeys(names, 100.0)
+            for name in names:
+                write_power_supply(tmp_path / f"power-{name}", on_battery=True, percent=100.0)
+            await api.call("POST", "/v1/policies", body(FP32, METADATA))
+            rules = {**CANARY, "steps": [50, 100], "dwell_s": 120, "threshold": 0.5, "min_samples": 3}
+            status, started = await api.call(
+                "POST",
+                "/v1/policies/1/canary",
+                {**rules, "recent": 3, "drain_window_s": 0.5, "drain_span_s": 3},
+            )
+            assert status == 201 and len(started["nodes"]) == 2, started
+            canary_nodes = set(started["nodes"])
+            await wait_for(lambda: _running_on(api, 1), lambda nodes: set(nodes) == canary_nodes, timeout=20)
+            status_now: dict[str, Any] = started
+            for tick in range(160):  # 40 s at most
+                for name in names:
+                    if name in canary_nodes or tick % 4 == 0:  # 4 %/s on the canary, 1 %/s elsewhere
+                        level[name] -= 1.0
+                    write_power_supply(tmp_path / f"power-{name}", on_battery=True, percent=level[name])
+                await asyncio.sleep(0.25)
+                status_now = await api.get("/v1/policies/1/canary")
+                if status_now["state"] != "canary":
+                    break
+            assert status_now["state"] == "rolled_back", status_now
+            reason = status_now["events"][-1]["reason"]
+            assert reason.startswith("battery drain: canary score"), status_now["events"]
+            assert status_now["drain_samples"]["canary"] >= 3 and status_now["drain_samples"]["control"] >= 3
+            assert status_now["drain_scores"]["canary"] > 0.5 >= status_now["drain_scores"]["control"]
+            print("energy guard:", json.dumps(status_now["events"]), status_now["drain_scores"])
 
 
 async def test_a_running_canary_is_resumed_by_the_next_hub_on_the_store(
