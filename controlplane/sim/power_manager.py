@@ -52,8 +52,6 @@ class PowerManager:
         if config.forecast:
             self.demand = OnlineBinForecast(bin_s=config.forecast_bin_s, period_s=config.forecast_period_s)
         self.fleet_cpu = sum(n.cpu for n in nodes) or 1.0
-        # Until a woken node is ready: the next tick plus the slowest wake among the fleet's nodes.
-        self.lead_s = config.tick_s + max((n.spec.wake_s for n in nodes), default=0.0)
 
     def observe_arrival(self, request: WorkloadRequest, now: float) -> None:
         """A workload was submitted: its requested CPU feeds the demand forecast (if any)."""
@@ -66,8 +64,11 @@ class PowerManager:
         total = sum(n.cpu for n in members)
         if self.demand is None:
             return cfg.reserve_fraction * total, max(1, math.ceil(cfg.reserve_empty_fraction * len(members)))
-        # The fleet's expected demand until a node woken now is ready, shared by CPU capacity.
-        expected = self.demand.expected(now, self.lead_s) * cfg.forecast_margin * total / self.fleet_cpu
+        # The fleet's expected demand, shared by CPU capacity, until a node of this pool woken now
+        # is ready: the next tick plus the pool's slowest wake (5 s for an edge board, 45 s for a
+        # server), so a pool that wakes fast holds less awake.
+        lead_s = cfg.tick_s + max((n.spec.wake_s for n in members), default=0.0)
+        expected = self.demand.expected(now, lead_s) * cfg.forecast_margin * total / self.fleet_cpu
         reserve = max(cfg.forecast_floor_fraction * total, expected)
         return reserve, max(1, math.ceil(cfg.forecast_empty_fraction * len(members)))
 
