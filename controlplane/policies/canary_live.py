@@ -97,13 +97,14 @@ class LiveCanary:
         self.started = clock()
         self.started_at = time.time()
         self.controller = CanaryController(config, start_s=0.0)
-        # The guard: the same rules over the outcomes of work with an SLA on each group's nodes
-        # (latency over SLA, capped; a failure counts the cap). It never steps or promotes; its
-        # rollback is the canary's.
-        self.outcomes = CanaryController(replace(config, steps=(1.0,), dwell_s=math.inf), start_s=0.0)
-        # The energy guard: the same rules over the battery drain (percent per hour) of the
-        # group's nodes while they run on battery, one sample per node per ``drain_window_s``.
-        self.drain = CanaryController(replace(config, steps=(1.0,), dwell_s=math.inf), start_s=0.0)
+        # The guards: the same rules over other samples of each group's nodes. They never step or
+        # promote; their rollback is the canary's, its reason named by the guard.
+        # Outcomes: work with an SLA (latency over SLA, capped; a failure counts the cap).
+        self.outcomes = _guard(config)
+        # Energy: the battery drain (percent per hour) of the group's nodes on battery, one
+        # sample per node per ``drain_window_s``.
+        self.drain = _guard(config)
+        self._guards = ((self.outcomes, "outcomes against SLA"), (self.drain, "battery drain"))
         self.drain_window_s = drain_window_s
         self.drain_span_s = drain_span_s
         self._levels: dict[str, deque[tuple[float, float]]] = {}  # node -> (t, battery %) on battery
@@ -164,12 +165,10 @@ class LiveCanary:
         """Let the controller judge on the clock, and act on what it decided since the last tick."""
         t = self._t()
         self.controller.evaluate(t)
-        self.outcomes.evaluate(t)
-        self.drain.evaluate(t)
-        if self.outcomes.state == "rolled_back" and self.controller.state == "canary":
-            self.controller.roll_back(t, f"outcomes against SLA: {self.outcomes.events[-1].reason}")
-        if self.drain.state == "rolled_back" and self.controller.state == "canary":
-            self.controller.roll_back(t, f"battery drain: {self.drain.events[-1].reason}")
+        for guard, what in self._guards:
+            guard.evaluate(t)
+            if guard.state == "rolled_back" and self.controller.state == "canary":
+                self.controller.roll_back(t, f"{what}: {guard.events[-1].reason}")
         events = self.controller.events
         while self._acted < len(events):
             event = events[self._acted]
@@ -208,9 +207,8 @@ class LiveCanary:
         drain = {"window_s": self.drain_window_s, "span_s": self.drain_span_s}
         return {**_config_json(self.controller.config), "drain": drain}
 
-    async def record_start(self, session: AsyncSession) -> None:
-        """The accepted canary, before anything was done: a hub that stops now leaves it to the
-        next one, which starts it (:meth:`resumed`)."""
+    async def _row(self, session: AsyncSession) -> PolicyCanaryRow:
+        """The canary's row (a new one where there is none), its start as this canary's."""
         row = await session.get(PolicyCanaryRow, self.version)
         if row is None:
             row = PolicyCanaryRow(version=self.version)
@@ -218,21 +216,19 @@ class LiveCanary:
         row.config = self._config_json()
         row.started_at = self.started_at
         row.started_by = self.by[:63]
+        return row
+
+    async def record_start(self, session: AsyncSession) -> None:
+        """The accepted canary, before anything was done: a hub that stops now leaves it to the
+        next one, which starts it (:meth:`resumed`)."""
+        row = await self._row(session)
         row.state, row.step, row.fraction, row.nodes, row.events = "canary", 0, 0.0, [], []
         row.updated_at = time.time()
 
     async def _keep(self, session: AsyncSession, kind: str, fraction: float) -> None:
         """The canary as it is once this event is acted on, in the event's transaction: what a
         hub that starts next resumes (:meth:`CanaryRollouts.resume`)."""
-        row = await session.get(PolicyCanaryRow, self.version)
-        if row is None:
-            row = PolicyCanaryRow(
-                version=self.version,
-                config=self._config_json(),
-                started_at=self.started_at,
-                started_by=self.by[:63],
-            )
-            session.add(row)
+        row = await self._row(session)
         row.state = {"promote": "promoted", "rollback": "rolled_back"}.get(kind, "canary")
         row.step = self.controller.step
         row.fraction = fraction
@@ -454,6 +450,11 @@ class CanaryRollouts:
                 await task
             except asyncio.CancelledError:
                 pass
+
+
+def _guard(config: RolloutConfig) -> CanaryController:
+    """A controller with the canary's rules that only ever judges (one step, held for ever)."""
+    return CanaryController(replace(config, steps=(1.0,), dwell_s=math.inf), start_s=0.0)
 
 
 def _config_json(config: RolloutConfig) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from controlplane.serverless.forecast_prewarm import PrewarmPlan
 from controlplane.serverless.headroom import OverlapPredictor
@@ -61,6 +62,7 @@ __all__ = [
     "FunctionResult",
     "SimulationResult",
     "call_graph_prewarms",
+    "p75_function_rate",
     "simulate",
     "simulate_function",
 ]
@@ -419,6 +421,13 @@ def simulate(
     return _aggregate(pol.name, workload, results, time.perf_counter() - started)
 
 
+def p75_function_rate(rates: npt.ArrayLike) -> float:
+    """The paper's measure over functions' cold-start rates: sort functions by their cold-start
+    percentage, take the 75th percentile (linear interpolation between neighbours); 0 for none."""
+    values = np.asarray(rates, dtype=np.float64)
+    return float(np.percentile(values, 75)) if len(values) else 0.0
+
+
 def _aggregate(
     name: str, workload: Workload, results: list[FunctionResult], wall_s: float
 ) -> SimulationResult:
@@ -437,9 +446,7 @@ def _aggregate(
         invocations=inv,
         cold_starts=cold,
         cold_start_rate=cold / inv if inv else 0.0,
-        # The paper's measure: sort functions by their cold-start percentage, take the 75th
-        # percentile (linear interpolation between neighbours).
-        cold_start_rate_p75_function=float(np.percentile(rates, 75)) if len(rates) else 0.0,
+        cold_start_rate_p75_function=p75_function_rate(rates),
         wasted_memory_gb_s=float(sum(r.wasted_gb_s for r in results)),
         p50_latency_ms=p50,
         p99_latency_ms=p99,

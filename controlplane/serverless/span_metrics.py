@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import numpy as np
-
-from controlplane.serverless.funcsim import SimulationResult
+from controlplane.serverless.funcsim import SimulationResult, p75_function_rate
 from controlplane.serverless.traces import Workload
 
 __all__ = ["SpanMetrics", "span_metrics"]
@@ -50,6 +48,6 @@ def span_metrics(workload: Workload, result: SimulationResult, start_s: float) -
         invocations=invocations,
         cold_starts=cold,
         cold_start_rate=cold / invocations if invocations else 0.0,
-        cold_start_rate_p75_function=float(np.percentile(rates, 75)) if rates else 0.0,
+        cold_start_rate_p75_function=p75_function_rate(rates),
         wasted_memory_gb_s=float(sum(r.wasted_gb_s_after_split for r in result.functions)),
     )
