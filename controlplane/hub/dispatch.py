@@ -22,6 +22,7 @@ from edgeplane_contract.messages import CommandAckV1, CommandV1
 
 from controlplane.bus.hub_bus import HubBus, MessageTooLargeError
 from controlplane.hub.nodes import NodeLive
+from controlplane.hub.spec import WorkloadSpec
 from controlplane.hub.spec_cache import SpecCache
 from controlplane.store import queries
 from controlplane.store.models import PlacementRow
@@ -112,20 +113,27 @@ class Dispatcher:
         specs = await self.specs.load(s, [p.workload_id for p in want_run]) if want_run else {}
         for placement in want_run:
             spec = specs.get(placement.workload_id)
-            if spec is None:
-                continue
-            gpus = [int(i) for i in placement.assignment.get("gpu_indices", [])]
-            command = CommandV1(
-                command_id=placement.command_id,
-                kind="run",
-                placement_id=placement.id,
-                workload_id=placement.workload_id,
-                spec=spec.run_spec(gpu_indices=gpus),
-            )
-            runs.append((placement, command))
+            if spec is not None:
+                runs.append((placement, _run(placement, spec)))
         for _, command in runs + stops:
             self._last_sent[command.command_id] = now
         return runs + stops
+
+    def runs_of(
+        self, placed: list[tuple[PlacementRow, WorkloadSpec]]
+    ) -> list[tuple[PlacementRow, CommandV1]]:
+        """The run commands of placements a round has just written (committed), for Ready nodes,
+        each marked sent now: the round sends them at once, and :meth:`due` then sends them
+        again only after the ack timeout, as any other."""
+        now = asyncio.get_running_loop().time()
+        runs = []
+        for placement, spec in placed:
+            live = self.nodes.get(placement.node)
+            if live is None or live.status != "Ready":
+                continue
+            self._last_sent[placement.command_id] = now
+            runs.append((placement, _run(placement, spec)))
+        return runs
 
     async def send(self, due: list[tuple[PlacementRow, CommandV1]]) -> list[Sent]:
         """Send all at once and wait for the answers (each bounded by the bus's ack timeout)."""
@@ -205,6 +213,17 @@ class Dispatcher:
 
     def background(self) -> list[asyncio.Task[object]]:
         return list(self._background)
+
+
+def _run(placement: PlacementRow, spec: WorkloadSpec) -> CommandV1:
+    gpus = [int(i) for i in placement.assignment.get("gpu_indices", [])]
+    return CommandV1(
+        command_id=placement.command_id,
+        kind="run",
+        placement_id=placement.id,
+        workload_id=placement.workload_id,
+        spec=spec.run_spec(gpu_indices=gpus),
+    )
 
 
 def _stop(command_id: str, placement: PlacementRow) -> CommandV1:

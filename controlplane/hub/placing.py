@@ -84,7 +84,7 @@ class PlacementRound:
         self._unplaceable: dict[str, tuple[int | None, int]] = {}
         self._retried_all_at = float("-inf")
 
-    async def place_pending(self) -> None:
+    async def place_pending(self) -> list[tuple[PlacementRow, WorkloadSpec]]:
         """Place the missing replicas of pending workloads (up to 200 a round) in three steps: one
         read of the pending workloads and their placements, the scheduler and the bid rounds in
         memory (all bid rounds of the round at once), one write transaction for every placement
@@ -95,7 +95,10 @@ class PlacementRound:
         A round's cost follows what changed: a workload no node fitted is not tried again until
         the placer's capacity changed (a release, a node's state) or ``RETRY_ALL_S`` passed, and
         of new workloads with the same placement terms only the first is handed to the scheduler
-        once one of them found no node in this round."""
+        once one of them found no node in this round.
+
+        Returns the placements written (committed), with their workloads' specs: their run
+        commands can go out at once."""
         generation = getattr(self.placer, "generation", None)
         now = time.monotonic()
         retry_all = generation is None or now - self._retried_all_at >= RETRY_ALL_S
@@ -140,9 +143,10 @@ class PlacementRound:
         if self.bid_deadline_ms > 0:
             await self._bid(plans)
         plans = [plan for plan in plans if plan.write]
+        written: list[tuple[PlacementRow, WorkloadSpec]] = []
         if plans:
             try:
-                await self._write(plans)
+                written = await self._write(plans)
             except BaseException:
                 # Nothing was written: give back what the placer reserved (placed again later).
                 for plan in plans:
@@ -152,6 +156,7 @@ class PlacementRound:
                         self._active.pop(placement_id, None)
                 raise
         self.metrics.scheduler.set_pending("unschedulable", unplaced)
+        return written
 
     async def _bid(self, plans: list[_Plan]) -> None:
         """Every replica placed this round offered to its candidates' local policies at once: one
@@ -182,10 +187,11 @@ class PlacementRound:
             else:
                 plan.outcome.choices = list(result)
 
-    async def _write(self, plans: list[_Plan]) -> None:
+    async def _write(self, plans: list[_Plan]) -> list[tuple[PlacementRow, WorkloadSpec]]:
         """One transaction for the round: the placements made, their events, the workloads'
-        new status and messages."""
+        new status and messages. Returns the placements made, with their specs."""
         ids = [plan.workload_id for plan in plans]
+        written: list[tuple[PlacementRow, WorkloadSpec]] = []
         async with self.store.session() as s:
             workloads = {
                 w.id: w
@@ -224,6 +230,7 @@ class PlacementRound:
                         message="",
                     )
                     s.add(placement)
+                    written.append((placement, plan.spec))
                     placements.append(placement)
                     self._active[placement.id] = (plan.workload_id, choice.replica, choice.node)
                     plan.placed.append(placement.id)
@@ -248,6 +255,7 @@ class PlacementRound:
                     Store.add_event(
                         s, "FailedScheduling", "workload", plan.workload_id, outcome.unschedulable_reason
                     )
+        return written
 
     def _count_bids(self, result: BidOutcome) -> None:
         asked = [row for row in result.rows if row.asked]

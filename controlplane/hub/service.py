@@ -684,12 +684,26 @@ class Hub:
             return  # another hub holds the store now: the command stops this one
         async with self._lock:
             await self._expire_leases()
-            await self.placing.place_pending()
-            await self.registry.flush(self.store)
-            async with self.store.session() as s:
-                due = await self.dispatch.due(s)
-        if due:
-            await self._apply_answers(await self.dispatch.send(due))
+            fresh = self.dispatch.runs_of(await self.placing.place_pending())
+            # The round's new placements are sent at once: a start does not wait for the rest of
+            # the round (the registry's flush, the read of the other unacknowledged commands).
+            sending = asyncio.ensure_future(self.dispatch.send(fresh)) if fresh else None
+            try:
+                if sending is not None:
+                    for _ in range(2):  # the send task publishes, then the client's flusher writes
+                        await asyncio.sleep(0)
+                await self.registry.flush(self.store)
+                async with self.store.session() as s:
+                    due = await self.dispatch.due(s)
+            except BaseException:
+                if sending is not None:  # unanswered: sent again after the ack timeout (deduped)
+                    sending.cancel()
+                raise
+        sent = await self.dispatch.send(due) if due else []
+        if sending is not None:
+            sent = [*await sending, *sent]
+        if sent:
+            await self._apply_answers(sent)
 
     def _placement_ended(self, placement: PlacementRow) -> None:
         """A placement's outcome against its workload's SLA, to whoever listens: its time from

@@ -4,9 +4,13 @@ SQLAlchemy's ``aiosqlite`` driver hands every call (begin, execute, fetch, curso
 to a thread of its own and waits for the answer: a hop costs about 0.14 ms on the 2-core bench
 machine, a session makes ten or more, and ``SELECT 1`` in a transaction took 1.7 ms where SQLite
 itself needs microseconds. Here the statements run inline, through SQLAlchemy's own adapter for
-aiosqlite (the same SQL, types and errors), and only ``commit``, which waits for ``fsync``, goes
-to a thread, so that the loop serves others meanwhile, as does a statement with many rows
-(:data:`THREADED_ROWS`).
+aiosqlite (the same SQL, types and errors), and so does ``commit`` while commits are fast
+(:class:`CommitPace`): a commit waits for ``fsync``, about 0.1 ms on the bench machine's disk,
+where a hop to a worker thread and back costs 1.5-2 ms after an idle spell (both sides asleep).
+After a commit slower than :data:`CommitPace.inline_under_s` (a slow disk, a WAL checkpoint),
+commits go to the worker thread for :data:`CommitPace.threaded_for_s`, so that the loop serves
+others meanwhile; a statement with many rows (:data:`THREADED_ROWS`) runs there too, and so does
+its transaction's commit.
 
 Two things change because a statement no longer waits in a thread:
 
@@ -42,7 +46,7 @@ from sqlalchemy.dialects.sqlite.aiosqlite import (
     SQLiteDialect_aiosqlite,
 )
 
-__all__ = ["BUSY_WAIT_S", "InlineSQLiteDialect"]
+__all__ = ["BUSY_WAIT_S", "COMMITS", "CommitPace", "InlineSQLiteDialect"]
 
 BUSY_WAIT_S = 30.0
 # A statement with this many rows or more runs in the worker thread: a fleet's batch of telemetry
@@ -55,6 +59,32 @@ _MAX_BACKOFF_S = 0.02
 T = TypeVar("T")
 
 _committer: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+class CommitPace:
+    """Where this process's commits run: inline on the loop while they take under
+    ``inline_under_s``, in the worker thread for ``threaded_for_s`` after one that did not; then
+    the next one is tried inline again (a threaded commit's own time is no measure: it includes
+    its waits for the GIL while the loop runs). At worst one slow commit per ``threaded_for_s``
+    holds the loop, for as long as that ``fsync`` or checkpoint takes."""
+
+    def __init__(self, *, inline_under_s: float = 0.005, threaded_for_s: float = 5.0) -> None:
+        self.inline_under_s = inline_under_s
+        self.threaded_for_s = threaded_for_s
+        self._threaded_until = float("-inf")
+        self.inline = 0  # commits made inline, and in the thread (for tests and benches)
+        self.threaded = 0
+
+    def go_inline(self) -> bool:
+        return time.monotonic() >= self._threaded_until
+
+    def took(self, seconds: float) -> None:
+        """A commit took ``seconds`` (inline or in the thread)."""
+        if seconds >= self.inline_under_s:
+            self._threaded_until = time.monotonic() + self.threaded_for_s
+
+
+COMMITS = CommitPace()
 
 
 def _commit_thread() -> concurrent.futures.ThreadPoolExecutor:
@@ -164,6 +194,7 @@ class _Cursor:
     async def executemany(self, sql: str, parameters: Iterable[Any]) -> _Cursor:
         rows = parameters if isinstance(parameters, Sequence) else list(parameters)  # retried whole
         if len(rows) >= THREADED_ROWS:
+            self._connection._many = True
             await self._connection.in_thread(self._cursor.executemany, sql, rows)
         else:
             await _retrying(self._cursor.executemany, sql, rows)
@@ -191,13 +222,14 @@ class _Cursor:
 
 class _Connection:
     """An aiosqlite-shaped connection over one ``sqlite3`` connection: statements inline,
-    ``commit`` in the driver's worker thread (it waits for ``fsync``)."""
+    ``commit`` inline or in the driver's worker thread (:class:`CommitPace`)."""
 
     def __init__(self, conn: sqlite3.Connection, committer: concurrent.futures.Executor) -> None:
         self._conn = conn
         self._connection: sqlite3.Connection | None = conn  # SQLAlchemy's adapter tests it
         self._committer = committer
         self._threaded: asyncio.Future[None] | None = None
+        self._many = False  # the open transaction ran a statement in the thread: so does its commit
 
     @property
     def isolation_level(self) -> str | None:
@@ -214,8 +246,25 @@ class _Connection:
 
     async def commit(self) -> None:
         if not self._conn.in_transaction:
+            self._many = False
             return  # nothing to make durable: no hop
-        await self.in_thread(self._conn.commit)
+        if self._many or not COMMITS.go_inline():
+            self._many = False
+            COMMITS.threaded += 1
+            await self.in_thread(self._conn.commit)
+            return
+        COMMITS.inline += 1
+        try:
+            await _retrying(self._timed_commit)
+        finally:
+            _transaction_ended()
+
+    def _timed_commit(self) -> None:
+        began = time.perf_counter()
+        try:
+            self._conn.commit()
+        finally:
+            COMMITS.took(time.perf_counter() - began)
 
     async def in_thread(self, call: Callable[..., Any], *args: Any) -> None:
         """``call(*args)`` in the driver's worker thread, retried while SQLite answers busy;
@@ -239,6 +288,7 @@ class _Connection:
 
     async def rollback(self) -> None:
         await self._settled()
+        self._many = False
         try:
             self._conn.rollback()
         finally:

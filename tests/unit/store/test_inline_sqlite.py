@@ -92,7 +92,9 @@ async def test_a_lock_held_past_the_busy_wait_is_the_store_being_unavailable(sto
     assert _rows(store) == [4]
 
 
-async def test_a_commit_whose_caller_was_cancelled_lands_and_the_connection_serves_again(store):
+async def test_a_commit_whose_caller_was_cancelled_lands_and_the_connection_serves_again(store, monkeypatch):
+    monkeypatch.setattr(inline_sqlite, "COMMITS", inline_sqlite.CommitPace(inline_under_s=0.0))
+    inline_sqlite.COMMITS.took(0.0)  # as after a slow commit: commits go to the worker thread
     gate = threading.Event()
     inline_sqlite._commit_thread().submit(gate.wait, 10)  # the commit thread is busy for now
 
@@ -129,3 +131,46 @@ async def test_a_statement_with_many_rows_runs_in_the_worker_thread_and_lands_wh
     assert _rows(store) == sorted([-2, -1, *range(inline_sqlite.THREADED_ROWS * 3)])
     assert any("executemany" in name for name in threads)  # the big one went to the thread
     assert sum("executemany" in name for name in threads) == 1  # the small one did not
+
+
+async def test_commits_run_inline_while_fast_and_in_the_thread_after_a_slow_one(store, monkeypatch):
+    pace = inline_sqlite.CommitPace(inline_under_s=10.0, threaded_for_s=0.3)
+    monkeypatch.setattr(inline_sqlite, "COMMITS", pace)
+    threads: list[str] = []
+    real = inline_sqlite._Connection.in_thread
+
+    async def noted(self, call, *args):
+        threads.append(getattr(call, "__name__", repr(call)))
+        return await real(self, call, *args)
+
+    monkeypatch.setattr(inline_sqlite._Connection, "in_thread", noted)
+    async with store.session() as s:
+        await s.execute(text("INSERT INTO t VALUES (1)"))
+    assert (pace.inline, pace.threaded, threads) == (1, 0, [])  # fast: no hop
+    pace.inline_under_s = 0.0  # from now on every commit counts as slow
+    async with store.session() as s:
+        await s.execute(text("INSERT INTO t VALUES (2)"))
+    assert (pace.inline, pace.threaded) == (2, 0)  # that one was inline, and slow ...
+    async with store.session() as s:
+        await s.execute(text("INSERT INTO t VALUES (3)"))
+    assert (pace.inline, pace.threaded) == (2, 1)  # ... so the next one went to the thread
+    assert threads == ["commit"]
+    pace.inline_under_s = 10.0
+    await asyncio.sleep(0.35)  # the threaded spell is over: the next commit is tried inline again
+    async with store.session() as s:
+        await s.execute(text("INSERT INTO t VALUES (4)"))
+    assert (pace.inline, pace.threaded) == (3, 1)
+    assert _rows(store) == [1, 2, 3, 4]
+
+
+async def test_a_transaction_with_a_threaded_statement_commits_in_the_thread(store, monkeypatch):
+    pace = inline_sqlite.CommitPace(inline_under_s=10.0)
+    monkeypatch.setattr(inline_sqlite, "COMMITS", pace)
+    rows = [{"x": n} for n in range(inline_sqlite.THREADED_ROWS)]
+    async with store.session() as s:
+        await s.execute(text("INSERT INTO t VALUES (:x)"), rows)
+    assert (pace.inline, pace.threaded) == (0, 1)
+    async with store.session() as s:  # the next small one is inline again
+        await s.execute(text("INSERT INTO t VALUES (-1)"))
+    assert (pace.inline, pace.threaded) == (1, 1)
+    assert len(_rows(store)) == inline_sqlite.THREADED_ROWS + 1
