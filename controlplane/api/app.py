@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from controlplane.api import console, enrol, policies
+from controlplane.api import console, enrol, policies, profiles
 from controlplane.api.audit import AuditLog
 from controlplane.api.auth import (
     AUDIT,
@@ -316,6 +316,7 @@ def create_app(
     app.add_routes(metrics_routes)
     app.add_routes(log_routes)
     policies.setup(app, hub)
+    profiles.setup(app, hub)
     app.add_routes(console.routes)  # the web console: public static files
     enrol.setup(app, nats_authority)
     return app

@@ -22,6 +22,7 @@ from controlplane.hub.spec import (
     WorkloadSpec,
 )
 from controlplane.policies.decision_logs import DECISION_LOG_REQUEST
+from controlplane.policies.profile_canary import PROFILE_CANARY
 from controlplane.policies.upload import CANARY, POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD
 from controlplane.schema import Model
 from controlplane.serverless.spec import FUNCTION, FunctionSpec
@@ -487,6 +488,36 @@ _PATHS: dict[str, Any] = {
             "responses": {"200": _json(_model(views.CanaryStatus)), "404": _ERROR, "422": _ERROR},
         },
     },
+    "/v1/scheduling-profiles/current": {
+        "get": {
+            "operationId": "getSchedulingProfile",
+            "summary": "The placement profile in force, and the candidate of a profile canary running",
+            "responses": {"200": _json(_model(views.SchedulingProfile)), "404": _ERROR},
+        }
+    },
+    "/v1/scheduling-profiles/canary": {
+        "post": {
+            "operationId": "startProfileCanary",
+            "summary": "Roll a placement profile change out as a canary: a growing share of new workloads "
+            "is placed with the candidate profile, which is promoted after the last step or reverted "
+            "when its placement delays are anomalous against the others' (one at a time)",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("ProfileCanaryRequest")}},
+            },
+            "responses": {
+                "201": _json(_model(views.ProfileCanaryStatus), "Started"),
+                "400": _ERROR,
+                "409": _json(_ref("Error"), "A profile canary runs, or this hub's placer takes none"),
+                "422": _ERROR,
+            },
+        },
+        "get": {
+            "operationId": "getProfileCanary",
+            "summary": "The last profile canary of this hub: state, share, scores, timeline",
+            "responses": {"200": _json(_model(views.ProfileCanaryStatus)), "404": _ERROR},
+        },
+    },
     "/v1/policies/{version}/promote": {
         "post": {
             "operationId": "promotePolicy",
@@ -598,6 +629,7 @@ _REQUEST_MODELS: tuple[Model[Any], ...] = (
     DECISION_LOG_REQUEST,
     POLICY_ROLLBACK,
     CANARY,
+    PROFILE_CANARY,
 )
 
 

@@ -6,7 +6,7 @@ live hub runs exactly the scheduler the simulator measures (``controlplane.sched
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from controlplane.federation.config import FederationConfig
@@ -42,6 +42,24 @@ class FrameworkPlacer:
         # Moves whenever a placement that failed could now succeed (capacity released, a node's
         # state changed): the hub tries a workload no node fitted again only then.
         self.generation = 0
+        # A profile canary's choice of profile per workload (None: the scheduler's own profile
+        # for every workload); see controlplane/policies/profile_canary.py.
+        self.profile_for: Callable[[str], Profile | None] | None = None
+
+    @property
+    def current_profile(self) -> Profile:
+        """The profile in force (a profile canary's candidate places only its share)."""
+        return self.scheduler.profile
+
+    def profile_of(self, workload_id: str) -> str:
+        """The name of the profile that places ``workload_id`` now."""
+        chosen = self.profile_for(workload_id) if self.profile_for is not None else None
+        return (chosen or self.scheduler.profile).name
+
+    def use_profile(self, profile: Profile) -> None:
+        """Place with ``profile`` from now on (a promoted profile canary)."""
+        self.generation += 1  # a workload the old profile found no node for is tried again
+        self.scheduler.use_profile(profile)
 
     def upsert_node(self, node: PlacementNode) -> None:
         self.generation += 1
@@ -96,7 +114,8 @@ class FrameworkPlacer:
 
     def place(self, workload_id: str, spec: WorkloadSpec, replicas: list[int]) -> PlacementOutcome:
         request = spec.request(workload_id)
-        decision = self.scheduler.schedule(request, replicas=replicas, enqueue=False)
+        profile = self.profile_for(workload_id) if self.profile_for is not None else None
+        decision = self.scheduler.schedule(request, replicas=replicas, enqueue=False, profile=profile)
         outcome = PlacementOutcome()
         for placement in decision.placements:
             if placement.node is None or placement.assignment is None or placement.replica not in replicas:

@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -83,6 +84,9 @@ class PlacementRound:
         # Workloads no node fitted: id -> (the placer's generation then, their replicas).
         self._unplaceable: dict[str, tuple[int | None, int]] = {}
         self._retried_all_at = float("-inf")
+        # Told of each workload whose first placement the round wrote: (its id, seconds since its
+        # creation); e.g. a scheduling profile canary's placement-delay signal.
+        self.placed_listeners: list[Callable[[str, float], None]] = []
 
     async def place_pending(self) -> list[tuple[PlacementRow, WorkloadSpec]]:
         """Place the missing replicas of pending workloads (up to 200 a round) in three steps: one
@@ -115,6 +119,7 @@ class PlacementRound:
         unplaced = sum(h.replicas for h in skipped)  # an upper bound: they wait for capacity
         plans: list[_Plan] = []
         failed_shapes: dict[tuple[object, ...], str] = {}
+        profile_of = getattr(self.placer, "profile_of", None)
         for head in tried:
             spec = specs.get(head.id)
             if spec is None:
@@ -125,6 +130,8 @@ class PlacementRound:
                 plans.append(_Plan(head.id, spec, PlacementOutcome(), refresh=True, write=True))
                 continue
             shape = _shape(spec, missing) if not have else None
+            if shape is not None and profile_of is not None:
+                shape = (*shape, profile_of(head.id))  # a profile canary places some with another
             if shape is not None and shape in failed_shapes:
                 # The same terms found no node a moment ago in this round: nor would these.
                 outcome = PlacementOutcome(unschedulable_reason=failed_shapes[shape])
@@ -144,9 +151,10 @@ class PlacementRound:
             await self._bid(plans)
         plans = [plan for plan in plans if plan.write]
         written: list[tuple[PlacementRow, WorkloadSpec]] = []
+        firsts: dict[str, float] = {}
         if plans:
             try:
-                written = await self._write(plans)
+                written = await self._write(plans, firsts)
             except BaseException:
                 # Nothing was written: give back what the placer reserved (placed again later).
                 for plan in plans:
@@ -156,6 +164,9 @@ class PlacementRound:
                         self._active.pop(placement_id, None)
                 raise
         self.metrics.scheduler.set_pending("unschedulable", unplaced)
+        for listener in self.placed_listeners:
+            for workload_id, delay_s in firsts.items():
+                listener(workload_id, delay_s)
         return written
 
     async def _bid(self, plans: list[_Plan]) -> None:
@@ -187,9 +198,12 @@ class PlacementRound:
             else:
                 plan.outcome.choices = list(result)
 
-    async def _write(self, plans: list[_Plan]) -> list[tuple[PlacementRow, WorkloadSpec]]:
+    async def _write(
+        self, plans: list[_Plan], firsts: dict[str, float]
+    ) -> list[tuple[PlacementRow, WorkloadSpec]]:
         """One transaction for the round: the placements made, their events, the workloads'
-        new status and messages. Returns the placements made, with their specs."""
+        new status and messages. Returns the placements made, with their specs; ``firsts`` gets
+        the workloads placed for the first time, with the seconds since their creation."""
         ids = [plan.workload_id for plan in plans]
         written: list[tuple[PlacementRow, WorkloadSpec]] = []
         async with self.store.session() as s:
@@ -209,6 +223,8 @@ class PlacementRound:
                     continue
                 outcome = plan.outcome
                 placements = existing[plan.workload_id]
+                if outcome.choices and not placements:
+                    firsts[plan.workload_id] = max(0.0, now - workload.created_at)
                 for choice in outcome.choices:
                     attempt = plan.attempts.get(choice.replica, 0) + 1
                     placement = PlacementRow(

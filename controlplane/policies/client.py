@@ -1,5 +1,6 @@
 """``controlplane policy push|list|rollout|promote|rollback|canary``: the policy versions of a
-running hub, through its API; ``policy collect``: the nodes' decision logs, for retraining."""
+running hub, through its API; ``policy collect``: the nodes' decision logs, for retraining;
+``policy profile-canary``: a change of the hub's scheduling profile, rolled out as a canary."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ __all__ = [
     "collect",
     "configure_client",
     "list_policies",
+    "profile_canary",
     "promote",
     "push",
     "rollback",
@@ -73,6 +75,26 @@ def configure_client(sub: Any) -> None:
     canary.add_argument("--min-samples", type=int, metavar="N", help="samples a step needs (default 30)")
     add_output_argument(canary)
     add_client_arguments(canary)
+    profile = sub.add_parser(
+        "profile-canary",
+        help="place a growing share of new workloads with another scheduling profile; the controller "
+        "promotes it or reverts it on its placement delays (or --status)",
+    )
+    profile.add_argument(
+        "profile", nargs="?", help="a built-in profile's name, or a YAML/JSON file holding a profile"
+    )
+    profile.add_argument(
+        "--status", action="store_true", help="show the last profile canary and the profile in force"
+    )
+    profile.add_argument(
+        "--steps", metavar="P,Q,..", help="percents of new workloads, rising (default 10,50,100)"
+    )
+    profile.add_argument("--dwell", type=float, metavar="S", help="seconds each step is held (default 300)")
+    profile.add_argument("--threshold", type=float, help="anomaly score that reverts it (default 1.0)")
+    profile.add_argument("--sustain", type=float, metavar="S", help="for this long (default 30 s)")
+    profile.add_argument("--min-samples", type=int, metavar="N", help="samples a step needs (default 20)")
+    add_output_argument(profile)
+    add_client_arguments(profile)
     collect_parser = sub.add_parser(
         "collect", help="collect the nodes' decision logs (noised rewards) into a JSON Lines file"
     )
@@ -247,6 +269,54 @@ def canary(client: HubClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def _profile_body(raw: str) -> Any:
+    """A built-in name as is; a file (YAML or JSON) as the profile it holds."""
+    path = Path(raw)
+    if not (path.suffix in (".yaml", ".yml", ".json") or path.exists()):
+        return raw
+    import yaml
+
+    try:
+        return yaml.safe_load(_read(path, "profile"))
+    except yaml.YAMLError as exc:
+        raise ClientError(f"{path}: not a YAML or JSON profile: {exc}") from None
+
+
+def profile_canary(client: HubClient, args: argparse.Namespace) -> int:
+    if args.status:
+        status = client.get("/v1/scheduling-profiles/canary")
+    else:
+        if not args.profile:
+            raise ClientError("name the candidate profile (a built-in name or a file), or pass --status")
+        body: dict[str, Any] = {"profile": _profile_body(args.profile)}
+        if args.steps:
+            try:
+                body["steps"] = [int(p) for p in _names(args.steps)]
+            except ValueError:
+                raise ClientError(f"--steps: {args.steps!r} is not a list of percents") from None
+        for flag, key in (
+            ("dwell", "dwell_s"),
+            ("threshold", "threshold"),
+            ("sustain", "sustain_s"),
+            ("min_samples", "min_samples"),
+        ):
+            if getattr(args, flag) is not None:
+                body[key] = getattr(args, flag)
+        status = client.call("POST", "/v1/scheduling-profiles/canary", body).body
+    if args.output != "table":
+        print(dump(status, args.output))
+        return 0
+    print(
+        f"scheduling profile {status['profile']!r} canary (profile in force then: {status['previous']!r}): "
+        f"{status['state']} at {status['fraction']:.0%} of new workloads; samples "
+        f"{status['samples']['canary']} canary, {status['samples']['control']} control; scores "
+        f"{status['scores']['canary']:.2f} / {status['scores']['control']:.2f}"
+    )
+    for e in status["events"]:
+        print(f"  t={e['t_s']:8.1f} s  {e['kind']:<8} {e['fraction']:4.0%}  {e['reason']}")
+    return 0
+
+
 VERBS = {
     "push": push,
     "list": list_policies,
@@ -254,5 +324,6 @@ VERBS = {
     "promote": promote,
     "rollback": rollback,
     "canary": canary,
+    "profile-canary": profile_canary,
     "collect": collect,
 }

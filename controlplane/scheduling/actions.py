@@ -197,14 +197,17 @@ class ActionSpace:
         shape in the table's ``static_cache`` (cleared when a node is added, changed or removed),
         so a cycle recomputes only what the last placements changed."""
         shapes: dict[tuple[object, ...], _StaticActions] = table.static_cache.setdefault("actions", {})
-        key = (res.cpu, res.memory, res.gpu, tuple(res.mig), res.dpu, res.ephemeral_storage)
+        # The bins are in the key: profiles with other action spaces share one node table (a
+        # profile canary's candidate, the function router's filters).
+        cfg = self.config
+        request = (res.cpu, res.memory, res.gpu, tuple(res.mig), res.dpu, res.ephemeral_storage)
+        key = (cfg.cpu_bins, cfg.memory_bins, *request)
         hit = shapes.get(key)
         if hit is not None:
             return hit
         if len(shapes) >= _SHAPES_CACHED:
             shapes.clear()  # a bounded cache: many shapes at once only cost the recomputation
         n = len(table)
-        cfg = self.config
         eps = 1e-9
         first_cpu, first_mem = self._cpu_bins[0], self._mem_bins[0]
         never = [

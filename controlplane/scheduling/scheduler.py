@@ -142,6 +142,9 @@ class Scheduler:
         self._placer = Placer(
             self._cycles, self.ledger, federation, unavailable=self._unavailable, stats=self.stats
         )
+        self._profile_placers: dict[str, tuple[Profile, Placer]] = {}
+        """Per other profile (a profile canary's), a placer with its plugins over this node table
+        and this ledger: both profiles see and reserve the same capacity."""
         self._filter_runners: dict[str, CycleRunner] = {}
         """Per other profile (e.g. ``functions``), a runner of its filters over this node table."""
         cfg = self.plugins.reward_config
@@ -300,12 +303,15 @@ class Scheduler:
         replicas: Iterable[int] | None = None,
         enqueue: bool = True,
         explain: bool = True,
+        profile: Profile | None = None,
     ) -> Decision:
         """Place every replica of ``request`` not placed yet (all or none for a gang).
 
         ``replicas`` limits the call to those replica indices (e.g. one whose node died).
         Replicas that fit nowhere (even after preemption / fragment merge) wait in the queue when
         ``enqueue`` and are retried by :meth:`schedule_pending` once capacity frees.
+        ``profile``: place with another profile's plugins (a profile canary's) over the same
+        nodes and reservations; None: this scheduler's own.
         """
         placed = self.ledger.of_workload(request.id)
         wanted = range(request.replicas) if replicas is None else sorted(set(replicas))
@@ -322,12 +328,13 @@ class Scheduler:
                     if r in wanted
                 ],
             )
+        placer, name = self._placer, self.profile.name
+        if profile is not None and profile is not self.profile:
+            placer, name = self._placer_of(profile), profile.name
         if self.recorder is None:
-            decision = self._placer.place(request, todo, explain)
+            decision = placer.place(request, todo, explain)
         else:
-            decision = timed_attempt(
-                self.recorder, self.profile.name, lambda: self._placer.place(request, todo, explain)
-            )
+            decision = timed_attempt(self.recorder, name, lambda: placer.place(request, todo, explain))
         missing = [p.replica for p in decision.placements if not p.placed]
         if missing and enqueue:
             self.queue.push(
@@ -337,6 +344,67 @@ class Scheduler:
         else:
             self.queue.discard(request.id, [p.replica for p in decision.placements if p.placed])
         return decision
+
+    def _placer_of(self, profile: Profile) -> Placer:
+        """The placer of another profile, built once per profile object. Its plugins score with
+        their profile's interference prior: the estimate learned online goes to this scheduler's
+        own plugins (and to the new ones of :meth:`use_profile`)."""
+        kept = self._profile_placers.get(profile.name)
+        if kept is not None and kept[0] is profile:
+            return kept[1]
+        plugins = build_plugin_set(profile, self, self.registry)
+        if self.recorder is not None:
+            instrument(plugins, self.recorder, profile.name)
+        cycles = CycleRunner(
+            self.nodes,
+            plugins,
+            profile,
+            clock=self._clock,
+            rng=random.Random(0),
+            unavailable=self._unavailable,
+            stats=self.stats,
+            explain_top=self.explain_top,
+        )
+        placer = Placer(cycles, self.ledger, self.federation, unavailable=self._unavailable, stats=self.stats)
+        self._profile_placers[profile.name] = (profile, placer)
+        return placer
+
+    def use_profile(self, profile: Profile) -> None:
+        """Place with ``profile`` from now on (a promoted profile canary): its plugins over the
+        same nodes, reservations and queue; a chooser attached stays attached, and the online
+        interference estimate is kept while the new profile learns one too."""
+        if profile is self.profile:
+            return
+        chooser = self._cycles.chooser
+        self.profile = profile
+        self.plugins = build_plugin_set(profile, self, self.registry)
+        if self.recorder is not None:
+            instrument(self.plugins, self.recorder, profile.name)
+        self._cycles = CycleRunner(
+            self.nodes,
+            self.plugins,
+            profile,
+            clock=self._clock,
+            rng=random.Random(0),
+            unavailable=self._unavailable,
+            stats=self.stats,
+            explain_top=self.explain_top,
+        )
+        self._cycles.chooser = chooser
+        self._placer = Placer(
+            self._cycles, self.ledger, self.federation, unavailable=self._unavailable, stats=self.stats
+        )
+        self._profile_placers.pop(profile.name, None)
+        cfg = self.plugins.reward_config
+        self.ledger.kind_sensitivity = dict(cfg.sensitivity)
+        if cfg.interference != "learned":
+            self.interference = None
+        elif self.interference is None:
+            self.interference = InterferenceEstimator(
+                InterferencePrior(knee=cfg.knee, sensitivity=dict(cfg.sensitivity), io_penalty=cfg.io_penalty)
+            )
+        elif len(self.interference):
+            self.use_interference(self.interference.estimate())  # what was learned, to the new plugins
 
     def feasible_nodes(self, request: WorkloadRequest, profile: Profile | None = None) -> Feasibility:
         """The nodes where one replica of ``request`` fits now, by the PreFilter and Filter plugins

@@ -44,6 +44,8 @@ from controlplane.api.views.policies import (
     PolicyEvaluation,
     PolicyList,
     PolicyRolloutResult,
+    ProfileCanaryStatus,
+    SchedulingProfile,
 )
 from controlplane.api.views.probes import Liveness, Readiness
 from controlplane.api.views.scheduling import Interference
@@ -84,11 +86,13 @@ __all__ = [
     "Policy",
     "PolicyList",
     "PolicyRolloutResult",
+    "ProfileCanaryStatus",
     "Queued",
     "Readiness",
     "Revoked",
     "RevokedNode",
     "RevokedUnknownNode",
+    "SchedulingProfile",
     "Workload",
     "WorkloadPage",
     "iso",
@@ -135,6 +139,8 @@ RESPONSE_MODELS: tuple[type, ...] = (
     CanaryGroups,
     CanarySamples,
     CanaryStatus,
+    ProfileCanaryStatus,
+    SchedulingProfile,
     NodeDecisionLog,
     MissingLog,
     DecisionLogs,

@@ -20,6 +20,7 @@ __all__ = [
     "PolicyEvaluation",
     "PolicyList",
     "PolicyRolloutResult",
+    "ProfileCanaryStatus",
 ]
 
 POLICY_STATES = ("available", "promoted", "rolled_back")
@@ -178,3 +179,43 @@ class DecisionLogs:
     nodes: list[NodeDecisionLog]
     missing: list[MissingLog]
     entries: Annotated[int, {"description": "entries in all"}]
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileCanaryStatus:
+    """A scheduling profile canary (``/v1/scheduling-profiles/canary``): the candidate, the
+    profile in force when it started, its share of new workloads, the placement-delay samples
+    and anomaly scores of both groups, and its timeline."""
+
+    profile: str
+    previous: str
+    state: Annotated[str, one_of(("canary", "promoted", "rolled_back"))]
+    fraction: float
+    samples: CanarySamples
+    scores: CanaryGroups
+    events: list[CanaryEvent]
+    failure: Annotated[str, {"description": "why the controller stopped early, if it did"}]
+
+    @classmethod
+    def of(cls, described: dict[str, object]) -> ProfileCanaryStatus:
+        d: dict[str, Any] = dict(described)
+        return cls(
+            profile=d["profile"],
+            previous=d["previous"],
+            state=d["state"],
+            fraction=d["fraction"],
+            samples=CanarySamples(**d["samples"]),
+            scores=CanaryGroups(**d["scores"]),
+            events=[CanaryEvent(**e) for e in d["events"]],
+            failure=d["failure"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingProfile:
+    """The placement profile in force (``GET /v1/scheduling-profiles/current``) and, while a
+    profile canary runs, its candidate."""
+
+    name: str
+    profile: dict[str, Any]
+    canary: str | None

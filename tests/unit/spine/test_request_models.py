@@ -15,6 +15,7 @@ from controlplane.api.openapi import openapi_document
 from controlplane.errors import InvocationFailedError, ValidationError, error_body
 from controlplane.hub.spec import AFFINITY, AFFINITY_WITHOUT_LABELS, ANTI_AFFINITY, RESOURCES, WORKLOAD
 from controlplane.policies.decision_logs import DECISION_LOG_REQUEST
+from controlplane.policies.profile_canary import PROFILE_CANARY
 from controlplane.policies.upload import CANARY, POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD
 from controlplane.schema import Choice, Integer, Model, Number, Text
 from controlplane.serverless.spec import FUNCTION
@@ -40,6 +41,7 @@ BASES: dict[str, dict[str, Any]] = {
     "PolicyRollback": {},
     "CanaryRequest": {},
     "DecisionLogRequest": {},
+    "ProfileCanaryRequest": {"profile": "default"},
 }
 
 
@@ -56,6 +58,7 @@ def _models() -> list[Model[Any]]:
         POLICY_ROLLBACK,
         CANARY,
         DECISION_LOG_REQUEST,
+        PROFILE_CANARY,
     ]
 
 

@@ -235,6 +235,17 @@ async def _samples() -> dict[type, list[Any]]:
         views.PolicyRolloutResult(version=2, nodes=["n1", "n2"], changed=["n2"]),
         canary,
         logs,
+        views.ProfileCanaryStatus.of(
+            {
+                "profile": "default",
+                "previous": "edgeplane",
+                **controller.describe(),
+                "scores": {"canary": 0.5, "control": 0.0},
+                "failure": "",
+            }
+        ),
+        views.SchedulingProfile("edgeplane", {"name": "edgeplane", "plugins": []}, None),
+        views.SchedulingProfile("edgeplane", {"name": "edgeplane"}, "default"),
     ]
     nested = [
         *logs.nodes,

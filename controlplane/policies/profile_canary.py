@@ -1,0 +1,378 @@
+"""A scheduling profile change rolled out as a canary, reverted by the anomaly-score controller.
+
+The hub's placement profile is a policy too (``controlplane.scheduling.profiles``): a change of
+its plugins, weights or action space can make placement slow or impossible for some workloads.
+``POST /v1/scheduling-profiles/canary`` names a candidate profile (a built-in name or a profile
+mapping); from then on a stable, growing share of the *new workloads* (by the hash of their id,
+sticky: a workload keeps its group) is placed with the candidate's plugins, the others with the
+profile in force, both over the same nodes and reservations (``Scheduler.schedule(profile=)``).
+
+The signal is the placement delay, the seconds from a workload's first placement attempt to its
+first replica's placement: each placed workload is one sample of its group, and every tick the
+oldest workload of a group still waiting is one more (its age so far), so a profile that places
+nothing is seen while its workloads wait, not only once they are placed. The
+:class:`~controlplane.rollout.controller.CanaryController` (the simulator's, unchanged) steps the
+share up, promotes the candidate after the last step (it becomes the profile in force:
+``Scheduler.use_profile``), or rolls it back when the canary group's score stays over the
+threshold while the control group's does not: its waiting workloads go back to the profile in
+force and are placed by it. Each decision is an event (``ProfileCanary*``) with the scores.
+
+Not kept in the store: a hub that restarts runs its ``--scheduler`` profile again, and a
+canary it was running is over (the events say how far it went).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from controlplane.errors import ConfigError, ConflictError, NotFoundError, ValidationError
+from controlplane.rollout.controller import CanaryController, Group, RolloutConfig
+from controlplane.scheduling.profiles import BUILTIN_PROFILES, Profile, load_profile, parse_profile
+from controlplane.schema import Custom, Field, Integer, Model, Number
+from controlplane.store.store import Store
+
+__all__ = [
+    "PROFILE_CANARY",
+    "ProfileCanaries",
+    "ProfileCanary",
+    "ProfileCanaryRequest",
+    "ProfilePlacer",
+    "workload_bucket",
+]
+
+log = logging.getLogger("edgeplane.hub.policy")
+
+TICK_S = 1.0
+TRACKED_MAX = 20_000  # workloads whose group is remembered (the oldest forgotten first)
+
+
+def workload_bucket(workload_id: str) -> int:
+    """0-99, fixed per workload: a share of p% takes the workloads below p, and a larger share
+    takes those of the smaller one and more."""
+    return int(hashlib.sha256(workload_id.encode()).hexdigest()[:8], 16) % 100
+
+
+class ProfilePlacer(Protocol):
+    """What a profile canary needs of the hub's placer (``FrameworkPlacer``)."""
+
+    profile_for: Callable[[str], Profile | None] | None
+    generation: int
+
+    def use_profile(self, profile: Profile) -> None: ...
+
+    @property
+    def current_profile(self) -> Profile: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileCanaryRequest:
+    """``POST /v1/scheduling-profiles/canary``: the candidate profile, the steps (percent of new
+    workloads) and the controller's rules."""
+
+    profile: Profile
+    steps: list[int] = field(default_factory=lambda: [10, 50, 100])
+    dwell_s: float = 300.0
+    threshold: float = 1.0
+    sustain_s: float = 30.0
+    min_samples: int = 20
+    recent: int = 20
+    window: int = 300
+    baseline_floor: float = 0.05
+
+
+def _profile(value: Any, where: str) -> Profile:
+    try:
+        if isinstance(value, str) and value:
+            if value not in BUILTIN_PROFILES:  # never a path: the API reads no file
+                names = ", ".join(sorted(BUILTIN_PROFILES))
+                raise ValidationError(f"{value!r} is not a built-in profile ({names})", field=where)
+            return load_profile(value)
+        if isinstance(value, Mapping):
+            return parse_profile(dict(value), source="the request")
+    except ConfigError as exc:
+        raise ValidationError(str(exc), field=where) from None
+    raise ValidationError("must be a built-in profile's name or a profile object", field=where)
+
+
+def _steps(value: Any, where: str) -> list[int]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 100 for v in value)
+        or any(b <= a for a, b in itertools.pairwise(value))
+    ):
+        raise ValidationError(
+            "must be rising percents of workloads, 1 to 100 (e.g. [10, 50, 100])", field=where
+        )
+    return list(value)
+
+
+PROFILE_CANARY: Model[ProfileCanaryRequest] = Model(
+    "ProfileCanaryRequest",
+    ProfileCanaryRequest,
+    (
+        Field(
+            "profile",
+            Custom(
+                _profile,
+                {
+                    "oneOf": [{"type": "string", "minLength": 1}, {"type": "object"}],
+                    "description": "a built-in profile's name, or a profile (docs/scheduling.md)",
+                },
+            ),
+            required=True,
+            description="the candidate placement profile",
+        ),
+        Field(
+            "steps",
+            Custom(
+                _steps,
+                {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100}, "minItems": 1},
+            ),
+            description="the candidate's share of new workloads, step by step (rising); after the "
+            "last, promote",
+        ),
+        Field("dwell_s", Number("must be a number from 0 to 86400", low=0.0, high=86400.0)),
+        Field(
+            "threshold",
+            Number("must be a number above 0 and at most 100", low=0.0, high=100.0, exclusive_low=True),
+            description="the canary's anomaly score above which it is rolled back (when sustained)",
+        ),
+        Field("sustain_s", Number("must be a number from 0 to 86400", low=0.0, high=86400.0)),
+        Field("min_samples", Integer(1, 100_000)),
+        Field("recent", Integer(1, 10_000), description="samples in a group's current value"),
+        Field("window", Integer(1, 100_000), description="control samples in the baseline's window"),
+        Field(
+            "baseline_floor",
+            Number("must be a number of seconds from 0 to 60", low=0.0, high=60.0),
+            description="the least baseline placement delay, seconds (default 0.05: a hub that places "
+            "at once would otherwise call a few milliseconds more an anomaly)",
+        ),
+    ),
+)
+
+
+class ProfileCanary:
+    """One candidate profile's canary, from its start to its promotion or rollback."""
+
+    def __init__(
+        self,
+        *,
+        candidate: Profile,
+        config: RolloutConfig,
+        placer: ProfilePlacer,
+        store: Store,
+        wake: Callable[[], None],
+        by: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.candidate = candidate
+        self.previous = placer.current_profile
+        self.placer = placer
+        self.store = store
+        self.wake = wake
+        self.by = by
+        self.clock = clock
+        self.started = clock()
+        self.started_at = time.time()
+        self.controller = CanaryController(config, start_s=0.0)
+        self.state = "canary"
+        self.fraction = 0.0
+        self.failure = ""
+        self._acted = 0
+        self._share = 0  # percent of workload buckets in the canary group now
+        # Workload id -> (its group, when it was first asked for, placed yet): sticky groups.
+        self._seen: OrderedDict[str, tuple[Group, float, bool]] = OrderedDict()
+
+    def _t(self) -> float:
+        return self.clock() - self.started
+
+    def profile_for(self, workload_id: str) -> Profile | None:
+        """The placer's question for each workload it places: the candidate for the canary
+        group, None (the profile in force) for the control group."""
+        seen = self._seen.get(workload_id)
+        if seen is None:
+            group: Group = "canary" if workload_bucket(workload_id) < self._share else "control"
+            seen = (group, self._t(), False)
+            self._seen[workload_id] = seen
+            while len(self._seen) > TRACKED_MAX:
+                self._seen.popitem(last=False)
+        return self.candidate if seen[0] == "canary" and self.state == "canary" else None
+
+    def observe_placed(self, workload_id: str, delay_s: float) -> None:
+        """A workload's first replica was placed ``delay_s`` after its creation: one sample of its
+        group (counted from its first attempt under this canary, for one created before it)."""
+        seen = self._seen.get(workload_id)
+        if seen is None or seen[2] or self.controller.state != "canary":
+            return
+        group, first, _ = seen
+        self._seen[workload_id] = (group, first, True)
+        self.controller.observe(group, min(delay_s, self._t() - first), self._t())
+
+    def _sample_waiting(self, t: float) -> None:
+        oldest: dict[Group, float] = {}
+        for group, first, placed in self._seen.values():
+            if not placed and group not in oldest:
+                oldest[group] = first  # insertion order: the first unplaced is the oldest
+            if len(oldest) == 2:
+                break
+        for group, first in oldest.items():
+            if t - first > 0:
+                self.controller.observe(group, t - first, t)
+
+    async def tick(self) -> None:
+        t = self._t()
+        if self.controller.state == "canary":
+            self._sample_waiting(t)
+        self.controller.evaluate(t)
+        events = self.controller.events
+        while self._acted < len(events):
+            event = events[self._acted]
+            await self._act(event.kind, event.fraction, event.reason, event.to_dict())
+            self._acted += 1
+            self.state = {"promote": "promoted", "rollback": "rolled_back"}.get(event.kind, "canary")
+            self.fraction = event.fraction
+
+    async def _act(self, kind: str, fraction: float, reason: str, data: dict[str, Any]) -> None:
+        if kind in ("start", "step"):
+            self._share = max(1, round(fraction * 100))
+            self.placer.profile_for = self.profile_for
+        else:
+            self.placer.profile_for = None
+            if kind == "promote":
+                self.placer.use_profile(self.candidate)
+            else:
+                self.placer.generation += 1  # its waiting workloads are tried again, by the profile in force
+        self.wake()
+        names = {
+            "start": "ProfileCanaryStarted",
+            "step": "ProfileCanaryStep",
+            "promote": "ProfileCanaryPromoted",
+        }
+        async with self.store.session() as session:
+            Store.add_event(
+                session,
+                names.get(kind, "ProfileCanaryRolledBack"),
+                "profile",
+                self.candidate.name[:63],
+                f"scheduling profile {self.candidate.name!r} canary: {kind} at {fraction:.0%}: {reason}",
+                {**data, "profile": self.candidate.name, "previous": self.previous.name},
+            )
+            session.info["wrote"] = True
+        log.info(
+            "scheduling profile %r canary: %s at %.0f%% (%s)",
+            self.candidate.name, kind, 100 * fraction, reason,
+        )  # fmt: skip
+
+    async def run(self) -> None:
+        """Tick until promoted or rolled back (the first tick, its start, is the caller's)."""
+        try:
+            while self.state == "canary":
+                await asyncio.sleep(TICK_S)
+                try:
+                    await self.tick()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the store away: the same decision again at the next tick
+                    log.warning("scheduling profile canary: could not act: %s", exc)
+        except asyncio.CancelledError:
+            self.placer.profile_for = None  # the hub stops: no workload keeps the candidate
+            raise
+        except Exception as exc:
+            self.failure = str(exc)
+            self.placer.profile_for = None
+            self.placer.generation += 1
+            log.exception("scheduling profile canary stopped")
+
+    def describe(self) -> dict[str, Any]:
+        described = self.controller.describe()
+        canary, control = self.controller.scores
+        return {
+            "profile": self.candidate.name,
+            "previous": self.previous.name,
+            "state": self.state,
+            "fraction": self.fraction,
+            "samples": described["samples"],
+            "scores": {"canary": canary, "control": control},
+            "events": described["events"][: self._acted],
+            "failure": self.failure,
+        }
+
+
+class ProfileCanaries:
+    """At most one profile canary at a time; the last one stays readable."""
+
+    def __init__(self, placer: ProfilePlacer | None, store: Store, wake: Callable[[], None]) -> None:
+        self.placer = placer
+        self.store = store
+        self.wake = wake
+        self.last: ProfileCanary | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def start(self, request: ProfileCanaryRequest, *, by: str) -> ProfileCanary:
+        """Start a canary: its first share is in force when this returns."""
+        if self.placer is None:
+            raise ConflictError("this hub's placer does not take scheduling profile canaries")
+        if self.running():
+            raise ConflictError("a scheduling profile canary is running; wait for it to end")
+        current = self.placer.current_profile
+        if request.profile.to_dict() == current.to_dict():
+            raise ValidationError(f"profile {current.name!r} is already the one in force", field="profile")
+        try:
+            config = RolloutConfig(
+                steps=tuple(p / 100 for p in request.steps),
+                dwell_s=request.dwell_s,
+                threshold=request.threshold,
+                sustain_s=request.sustain_s,
+                window=request.window,
+                recent=request.recent,
+                min_samples=request.min_samples,
+                baseline_floor=request.baseline_floor,
+            )
+        except ValueError as exc:  # the parser checks each field; this is a last line
+            raise ValidationError(str(exc), field="<body>") from None
+        self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        canary = ProfileCanary(
+            candidate=request.profile,
+            config=config,
+            placer=self.placer,
+            store=self.store,
+            wake=self.wake,
+            by=by,
+        )
+        self.last = canary
+        self._task = asyncio.create_task(self._run(canary), name="profile-canary")
+        await asyncio.shield(self._started)
+        return canary
+
+    async def _run(self, canary: ProfileCanary) -> None:
+        try:
+            await canary.tick()  # its start: the first share
+        except Exception as exc:
+            self._started.set_exception(exc)
+            raise
+        self._started.set_result(None)
+        await canary.run()
+
+    def describe(self) -> dict[str, Any]:
+        if self.last is None:
+            raise NotFoundError("no scheduling profile canary has run on this hub", field="canary")
+        return self.last.describe()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
