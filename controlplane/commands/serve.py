@@ -179,7 +179,7 @@ async def _serve_with_lease(
     cipher: EnvCipher,
     lease: HubLease,
 ) -> int:
-    from controlplane.hub.runner import start_hub, stop_on_signal
+    from controlplane.runtime.runner import start_hub, stop_on_signal
 
     nats_server = start_embedded_nats(nats)
     nats_url = nats.url

@@ -319,7 +319,7 @@ async def _up_with_lease(
     lease: HubLease,
 ) -> int:
     from controlplane.commands.supervise import LocalAgent, supervise
-    from controlplane.hub.runner import start_hub, stop_on_signal
+    from controlplane.runtime.runner import start_hub, stop_on_signal
 
     data_dir = Path(args.data_dir)
     nats_server = start_embedded_nats(nats)

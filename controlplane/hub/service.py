@@ -112,7 +112,7 @@ class Hub:
         functions: Callable[[Hub], FunctionService],
         metrics: HubMetrics | None = None,
     ) -> None:
-        """The parts come from the composition root (``hub.runner.build_hub``); ``functions``
+        """The parts come from the composition root (``runtime.runner.build_hub``); ``functions``
         builds the function service, which takes this hub as its ``FunctionHost``; ``metrics``
         is the registry the placer and the function service already report to."""
         self.settings = settings

@@ -26,9 +26,9 @@ from controlplane.bus.authority import NatsAuthority
 from controlplane.bus.nats_auth import ServerTls
 from controlplane.extender.settings import ExtenderSettings
 from controlplane.federation.config import FederationConfig, single_cluster
-from controlplane.hub.runner import RunningHub, start_hub
 from controlplane.hub.service import HubSettings
 from controlplane.natsd import NatsServer
+from controlplane.runtime.runner import RunningHub, start_hub
 from controlplane.scheduling.profiles import load_profile
 from controlplane.serverless.keepalive import make_policy
 from controlplane.store.identities import IdentityStore

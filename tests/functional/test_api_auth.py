@@ -15,7 +15,7 @@ import pytest
 from harness import PYTHON_FUNCTIONS, running_agents, running_hub, wait_for
 
 from controlplane.api.auth import AuthSettings
-from controlplane.hub.runner import start_hub
+from controlplane.runtime.runner import start_hub
 from controlplane.store.identities import IdentityStore
 
 WORKLOAD = {"name": "w", "command": ["true"], "resources": {"cpu": 0.1, "memory": "16Mi"}}

@@ -265,3 +265,22 @@ def test_no_new_cycle_anywhere() -> None:
     )
     gone = [sorted(c) for c in KNOWN_CYCLES if c not in cycles]
     assert not gone, f"cycles in KNOWN_CYCLES no longer exist; remove them from the list: {gone}"
+
+
+# The domain packages and the adapters and entry points that drive them: the composition root
+# (controlplane/runtime) wires them together, so the domain never imports an adapter.
+DOMAIN = ("controlplane.hub", "controlplane.scheduling", "controlplane.serverless", "controlplane.store")
+ADAPTERS = ("controlplane.api", "controlplane.extender", "controlplane.commands", "controlplane.runtime")
+
+
+def test_the_domain_packages_import_no_adapter_and_nothing_imports_the_composition_root():
+    _, edges = build_graph()
+    inward = [str(e) for e in edges if e.source.startswith(DOMAIN) and e.target.startswith(ADAPTERS)]
+    assert inward == [], "a domain package imports an adapter:\n" + "\n".join(inward)
+    into_root = [
+        str(e)
+        for e in edges
+        if e.target.startswith("controlplane.runtime")
+        and not e.source.startswith(("controlplane.runtime", "controlplane.commands"))
+    ]
+    assert into_root == [], "only the entry points start the composition root:\n" + "\n".join(into_root)
