@@ -13,7 +13,12 @@ from controlplane.api.request import json_body
 from controlplane.api.views import ProfileCanaryStatus, SchedulingProfile, to_json
 from controlplane.errors import NotFoundError
 from controlplane.hub.service import Hub
-from controlplane.policies.profile_canary import PROFILE_CANARY, ProfileCanaries, ProfilePlacer
+from controlplane.policies.profile_canary import (
+    PROFILE_CANARY,
+    ProfileCanaries,
+    ProfileCanaryCollector,
+    ProfilePlacer,
+)
 
 __all__ = ["PROFILE_CANARIES", "routes", "setup"]
 
@@ -34,8 +39,14 @@ def setup(app: web.Application, hub: Hub) -> None:
     app.add_routes(routes)
 
     async def lifetime(_app: web.Application) -> AsyncIterator[None]:
+        collector = ProfileCanaryCollector(canaries)
+        metrics = getattr(hub, "metrics", None)
+        if metrics is not None:
+            metrics.registry.register(collector)
         yield
         await canaries.stop()
+        if metrics is not None:
+            metrics.registry.unregister(collector)
 
     app.cleanup_ctx.append(lifetime)
 

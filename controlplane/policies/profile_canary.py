@@ -30,9 +30,12 @@ import itertools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from controlplane.errors import ConfigError, ConflictError, NotFoundError, ValidationError
 from controlplane.rollout.controller import CanaryController, Group, RolloutConfig
@@ -44,6 +47,7 @@ __all__ = [
     "PROFILE_CANARY",
     "ProfileCanaries",
     "ProfileCanary",
+    "ProfileCanaryCollector",
     "ProfileCanaryRequest",
     "ProfilePlacer",
     "workload_bucket",
@@ -376,3 +380,44 @@ class ProfileCanaries:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+
+
+class ProfileCanaryCollector(Collector):
+    """The last profile canary in ``/metrics``: its state, share, both groups' placement-delay
+    anomaly scores and samples, labelled by the candidate profile."""
+
+    def __init__(self, canaries: ProfileCanaries) -> None:
+        self.canaries = canaries
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        state = GaugeMetricFamily(
+            "edgeplane_profile_canary_state",
+            "1 for the state the last scheduling profile canary is in",
+            labels=["profile", "state"],
+        )
+        share = GaugeMetricFamily(
+            "edgeplane_profile_canary_fraction",
+            "The share of new workloads the candidate profile places",
+            labels=["profile"],
+        )
+        score = GaugeMetricFamily(
+            "edgeplane_profile_canary_score",
+            "The anomaly score of the canary's and the control group's placement delays",
+            labels=["profile", "group"],
+        )
+        samples = GaugeMetricFamily(
+            "edgeplane_profile_canary_samples",
+            "Placement-delay samples counted, by group",
+            labels=["profile", "group"],
+        )
+        canary = self.canaries.last
+        if canary is not None:
+            described = canary.describe()
+            name = described["profile"]
+            for option in ("canary", "promoted", "rolled_back"):
+                state.add_metric([name, option], 1.0 if described["state"] == option else 0.0)
+            share.add_metric([name], float(described["fraction"]))
+            for group in ("canary", "control"):
+                score.add_metric([name, group], float(described["scores"][group]))
+                samples.add_metric([name, group], float(described["samples"][group]))
+        yield from (state, share, score, samples)

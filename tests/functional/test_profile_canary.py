@@ -71,6 +71,10 @@ async def test_a_profile_change_that_places_nothing_is_reverted_and_no_workload_
             ] == "Succeeded"
         kinds = [e["kind"] for e in (await api.get("/v1/events?kind=ProfileCanaryRolledBack"))["items"]]
         assert kinds == ["ProfileCanaryRolledBack"]
+        async with api.session.get(api.base + "/metrics") as response:
+            metrics = await response.text()
+        assert 'edgeplane_profile_canary_state{profile="oversized",state="rolled_back"} 1.0' in metrics
+        assert 'edgeplane_profile_canary_score{group="canary",profile="oversized"}' in metrics
         status, again = await api.call("POST", "/v1/scheduling-profiles/canary", {"profile": before["name"]})
         assert status == 422 and again["error"]["field"] == "profile", again  # already in force
 
