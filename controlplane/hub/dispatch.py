@@ -137,9 +137,20 @@ class Dispatcher:
 
     async def send(self, due: list[tuple[PlacementRow, CommandV1]]) -> list[Sent]:
         """Send all at once and wait for the answers (each bounded by the bus's ack timeout)."""
-        answers = await asyncio.gather(
-            *(self.bus.send_command(p.cluster, p.node, cmd) for p, cmd in due), return_exceptions=True
-        )
+        return await self.answers(due, self.start_sending(due))
+
+    def start_sending(
+        self, due: list[tuple[PlacementRow, CommandV1]]
+    ) -> list[asyncio.Task[CommandAckV1 | None]]:
+        """One task per command, each publishing it at its first turn (the client's flusher
+        writes them at the next): :meth:`answers` waits for what they bring back."""
+        return [asyncio.ensure_future(self.bus.send_command(p.cluster, p.node, cmd)) for p, cmd in due]
+
+    async def answers(
+        self, due: list[tuple[PlacementRow, CommandV1]], sending: list[asyncio.Task[CommandAckV1 | None]]
+    ) -> list[Sent]:
+        """The answers to ``due`` that ``sending`` (its :meth:`start_sending`) brought back."""
+        answers = await asyncio.gather(*sending, return_exceptions=True)
         sent = []
         for (placement, command), answer in zip(due, answers, strict=True):
             effect = ack_effect(command, answer)

@@ -687,21 +687,21 @@ class Hub:
             fresh = self.dispatch.runs_of(await self.placing.place_pending())
             # The round's new placements are sent at once: a start does not wait for the rest of
             # the round (the registry's flush, the read of the other unacknowledged commands).
-            sending = asyncio.ensure_future(self.dispatch.send(fresh)) if fresh else None
+            sending = self.dispatch.start_sending(fresh)
             try:
-                if sending is not None:
-                    for _ in range(2):  # the send task publishes, then the client's flusher writes
+                if sending:
+                    for _ in range(2):  # each send task publishes, then the client's flusher writes
                         await asyncio.sleep(0)
                 await self.registry.flush(self.store)
                 async with self.store.session() as s:
                     due = await self.dispatch.due(s)
             except BaseException:
-                if sending is not None:  # unanswered: sent again after the ack timeout (deduped)
-                    sending.cancel()
+                for task in sending:  # unanswered: sent again after the ack timeout (deduped)
+                    task.cancel()
                 raise
         sent = await self.dispatch.send(due) if due else []
-        if sending is not None:
-            sent = [*await sending, *sent]
+        if sending:
+            sent = [*await self.dispatch.answers(fresh, sending), *sent]
         if sent:
             await self._apply_answers(sent)
 
