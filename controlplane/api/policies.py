@@ -35,7 +35,7 @@ from controlplane.policies.distribution import PolicyDistributor
 from controlplane.policies.metrics import PolicyCollector
 from controlplane.policies.registry import PolicyRegistry
 from controlplane.policies.upload import CANARY, POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD, PolicyRollout
-from controlplane.rollout.controller import RolloutConfig
+from controlplane.rollout.controller import rollout_config
 from controlplane.store.models import PolicyRow
 
 __all__ = ["POLICIES", "POLICY_DISTRIBUTOR", "routes", "setup"]
@@ -161,16 +161,7 @@ async def start_canary(request: web.Request) -> web.Response:
     version = _version(request)
     body = CANARY.parse(await json_body(request, optional=True) or {})
     try:
-        config = RolloutConfig(
-            steps=tuple(p / 100 for p in body.steps),
-            dwell_s=body.dwell_s,
-            threshold=body.threshold,
-            sustain_s=body.sustain_s,
-            window=body.window,
-            recent=body.recent,
-            min_samples=body.min_samples,
-            baseline_floor=body.baseline_floor,
-        )
+        config = rollout_config(body)
     except ValueError as exc:  # the parser checks each field; this is a last line
         raise ValidationError(str(exc), field="<body>") from None
     _can_sign(request)

@@ -236,25 +236,30 @@ def collect(client: HubClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def _controller_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The canary controller's rules a canary command was given (the hub's defaults for the rest)."""
+    body: dict[str, Any] = {}
+    if args.steps:
+        try:
+            body["steps"] = [int(p) for p in _names(args.steps)]
+        except ValueError:
+            raise ClientError(f"--steps: {args.steps!r} is not a list of percents") from None
+    for flag, key in (
+        ("dwell", "dwell_s"),
+        ("threshold", "threshold"),
+        ("sustain", "sustain_s"),
+        ("min_samples", "min_samples"),
+    ):
+        if getattr(args, flag) is not None:
+            body[key] = getattr(args, flag)
+    return body
+
+
 def canary(client: HubClient, args: argparse.Namespace) -> int:
     if args.status:
         status = client.get(_path(args.version, "canary"))
     else:
-        body: dict[str, Any] = {}
-        if args.steps:
-            try:
-                body["steps"] = [int(p) for p in _names(args.steps)]
-            except ValueError:
-                raise ClientError(f"--steps: {args.steps!r} is not a list of percents") from None
-        for flag, key in (
-            ("dwell", "dwell_s"),
-            ("threshold", "threshold"),
-            ("sustain", "sustain_s"),
-            ("min_samples", "min_samples"),
-        ):
-            if getattr(args, flag) is not None:
-                body[key] = getattr(args, flag)
-        status = client.call("POST", _path(args.version, "canary"), body).body
+        status = client.call("POST", _path(args.version, "canary"), _controller_body(args)).body
     if args.output != "table":
         print(dump(status, args.output))
         return 0
@@ -288,20 +293,7 @@ def profile_canary(client: HubClient, args: argparse.Namespace) -> int:
     else:
         if not args.profile:
             raise ClientError("name the candidate profile (a built-in name or a file), or pass --status")
-        body: dict[str, Any] = {"profile": _profile_body(args.profile)}
-        if args.steps:
-            try:
-                body["steps"] = [int(p) for p in _names(args.steps)]
-            except ValueError:
-                raise ClientError(f"--steps: {args.steps!r} is not a list of percents") from None
-        for flag, key in (
-            ("dwell", "dwell_s"),
-            ("threshold", "threshold"),
-            ("sustain", "sustain_s"),
-            ("min_samples", "min_samples"),
-        ):
-            if getattr(args, flag) is not None:
-                body[key] = getattr(args, flag)
+        body = {"profile": _profile_body(args.profile), **_controller_body(args)}
         status = client.call("POST", "/v1/scheduling-profiles/canary", body).body
     if args.output != "table":
         print(dump(status, args.output))

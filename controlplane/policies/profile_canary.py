@@ -38,7 +38,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from controlplane.errors import ConfigError, ConflictError, NotFoundError, ValidationError
-from controlplane.rollout.controller import CanaryController, Group, RolloutConfig
+from controlplane.rollout.controller import CanaryController, Group, RolloutConfig, rollout_config
 from controlplane.scheduling.profiles import BUILTIN_PROFILES, Profile, load_profile, parse_profile
 from controlplane.schema import Custom, Field, Integer, Model, Number
 from controlplane.store.store import Store
@@ -57,6 +57,7 @@ log = logging.getLogger("edgeplane.hub.policy")
 
 TICK_S = 1.0
 TRACKED_MAX = 20_000  # workloads whose group is remembered (the oldest forgotten first)
+STILL_ASKED_S = 5.0  # a waiting workload the rounds asked about this recently is still waiting
 
 
 def workload_bucket(workload_id: str) -> int:
@@ -194,8 +195,9 @@ class ProfileCanary:
         self.failure = ""
         self._acted = 0
         self._share = 0  # percent of workload buckets in the canary group now
-        # Workload id -> (its group, when it was first asked for, placed yet): sticky groups.
-        self._seen: OrderedDict[str, tuple[Group, float, bool]] = OrderedDict()
+        # Workload id -> [its group, when it was first asked for, placed yet, when last asked]:
+        # sticky groups.
+        self._seen: OrderedDict[str, list[Any]] = OrderedDict()
 
     def _t(self) -> float:
         return self.clock() - self.started
@@ -203,13 +205,14 @@ class ProfileCanary:
     def profile_for(self, workload_id: str) -> Profile | None:
         """The placer's question for each workload it places: the candidate for the canary
         group, None (the profile in force) for the control group."""
+        t = self._t()
         seen = self._seen.get(workload_id)
         if seen is None:
             group: Group = "canary" if workload_bucket(workload_id) < self._share else "control"
-            seen = (group, self._t(), False)
-            self._seen[workload_id] = seen
+            seen = self._seen[workload_id] = [group, t, False, t]
             while len(self._seen) > TRACKED_MAX:
                 self._seen.popitem(last=False)
+        seen[3] = t
         return self.candidate if seen[0] == "canary" and self.state == "canary" else None
 
     def observe_placed(self, workload_id: str, delay_s: float) -> None:
@@ -218,14 +221,16 @@ class ProfileCanary:
         seen = self._seen.get(workload_id)
         if seen is None or seen[2] or self.controller.state != "canary":
             return
-        group, first, _ = seen
-        self._seen[workload_id] = (group, first, True)
-        self.controller.observe(group, min(delay_s, self._t() - first), self._t())
+        seen[2] = True
+        self.controller.observe(seen[0], min(delay_s, self._t() - seen[1]), self._t())
 
     def _sample_waiting(self, t: float) -> None:
+        """The oldest workload of each group still waiting: one sample, its age. Only those the
+        placement rounds still ask about count (a cancelled one is no longer asked: the round
+        retries an unplaceable workload at least every 2 s, ``placing.RETRY_ALL_S``)."""
         oldest: dict[Group, float] = {}
-        for group, first, placed in self._seen.values():
-            if not placed and group not in oldest:
+        for group, first, placed, asked in self._seen.values():
+            if not placed and group not in oldest and t - asked <= STILL_ASKED_S:
                 oldest[group] = first  # insertion order: the first unplaced is the oldest
             if len(oldest) == 2:
                 break
@@ -335,16 +340,7 @@ class ProfileCanaries:
         if request.profile.to_dict() == current.to_dict():
             raise ValidationError(f"profile {current.name!r} is already the one in force", field="profile")
         try:
-            config = RolloutConfig(
-                steps=tuple(p / 100 for p in request.steps),
-                dwell_s=request.dwell_s,
-                threshold=request.threshold,
-                sustain_s=request.sustain_s,
-                window=request.window,
-                recent=request.recent,
-                min_samples=request.min_samples,
-                baseline_floor=request.baseline_floor,
-            )
+            config = rollout_config(request)
         except ValueError as exc:  # the parser checks each field; this is a last line
             raise ValidationError(str(exc), field="<body>") from None
         self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()

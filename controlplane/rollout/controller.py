@@ -25,7 +25,7 @@ import numpy as np
 
 from controlplane.rollout.anomaly import AnomalyWindow
 
-__all__ = ["CanaryController", "Group", "RolloutConfig", "RolloutEvent", "RolloutState"]
+__all__ = ["CanaryController", "Group", "RolloutConfig", "RolloutEvent", "RolloutState", "rollout_config"]
 
 Group = Literal["canary", "control"]
 RolloutState = Literal["canary", "promoted", "rolled_back"]
@@ -61,6 +61,22 @@ class RolloutConfig:
             raise ValueError("baseline_floor must be >= 0")
         if self.recent < 1 or self.min_samples < 1 or self.window < 1:
             raise ValueError("recent, min_samples and window must be at least 1")
+
+
+def rollout_config(request: Any) -> RolloutConfig:
+    """The controller's rules from a canary request (its ``steps`` in percents, the rest by name:
+    ``dwell_s``, ``threshold``, ``sustain_s``, ``window``, ``recent``, ``min_samples``,
+    ``baseline_floor``); raises ValueError as :class:`RolloutConfig` does."""
+    return RolloutConfig(
+        steps=tuple(p / 100 for p in request.steps),
+        dwell_s=request.dwell_s,
+        threshold=request.threshold,
+        sustain_s=request.sustain_s,
+        window=request.window,
+        recent=request.recent,
+        min_samples=request.min_samples,
+        baseline_floor=request.baseline_floor,
+    )
 
 
 @dataclass(frozen=True, slots=True)

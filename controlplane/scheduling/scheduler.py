@@ -352,10 +352,17 @@ class Scheduler:
         kept = self._profile_placers.get(profile.name)
         if kept is not None and kept[0] is profile:
             return kept[1]
+        cycles = self._runner_of(profile)
+        placer = Placer(cycles, self.ledger, self.federation, unavailable=self._unavailable, stats=self.stats)
+        self._profile_placers[profile.name] = (profile, placer)
+        return placer
+
+    def _runner_of(self, profile: Profile) -> CycleRunner:
+        """A cycle runner of ``profile``'s plugins (built, instrumented) over this node table."""
         plugins = build_plugin_set(profile, self, self.registry)
         if self.recorder is not None:
             instrument(plugins, self.recorder, profile.name)
-        cycles = CycleRunner(
+        return CycleRunner(
             self.nodes,
             plugins,
             profile,
@@ -365,9 +372,6 @@ class Scheduler:
             stats=self.stats,
             explain_top=self.explain_top,
         )
-        placer = Placer(cycles, self.ledger, self.federation, unavailable=self._unavailable, stats=self.stats)
-        self._profile_placers[profile.name] = (profile, placer)
-        return placer
 
     def use_profile(self, profile: Profile) -> None:
         """Place with ``profile`` from now on (a promoted profile canary): its plugins over the
@@ -377,19 +381,8 @@ class Scheduler:
             return
         chooser = self._cycles.chooser
         self.profile = profile
-        self.plugins = build_plugin_set(profile, self, self.registry)
-        if self.recorder is not None:
-            instrument(self.plugins, self.recorder, profile.name)
-        self._cycles = CycleRunner(
-            self.nodes,
-            self.plugins,
-            profile,
-            clock=self._clock,
-            rng=random.Random(0),
-            unavailable=self._unavailable,
-            stats=self.stats,
-            explain_top=self.explain_top,
-        )
+        self._cycles = self._runner_of(profile)
+        self.plugins = self._cycles.plugins
         self._cycles.chooser = chooser
         self._placer = Placer(
             self._cycles, self.ledger, self.federation, unavailable=self._unavailable, stats=self.stats
@@ -415,20 +408,7 @@ class Scheduler:
             return self._cycles.feasible(request)
         runner = self._filter_runners.get(profile.name)
         if runner is None or runner.profile is not profile:
-            plugins = build_plugin_set(profile, self, self.registry)
-            if self.recorder is not None:
-                instrument(plugins, self.recorder, profile.name)
-            runner = CycleRunner(
-                self.nodes,
-                plugins,
-                profile,
-                clock=self._clock,
-                rng=random.Random(0),
-                unavailable=self._unavailable,
-                stats=self.stats,
-                explain_top=self.explain_top,
-            )
-            self._filter_runners[profile.name] = runner
+            runner = self._filter_runners[profile.name] = self._runner_of(profile)
         return runner.feasible(request)
 
     def filter_nodes(self, request: WorkloadRequest, names: Sequence[str]) -> dict[str, NodeVerdict]:

@@ -196,6 +196,26 @@ async def test_a_candidate_that_places_as_well_is_promoted_and_placed_by_after(t
         await store.close()
 
 
+async def test_a_waiting_workload_no_round_asks_about_any_more_is_not_sampled(tmp_path: Path) -> None:
+    # A cancelled workload is no longer Pending: the rounds stop asking for its profile, and its
+    # age must not count as a placement that never comes.
+    store, placer, _ = await _round(tmp_path)
+    try:
+        now = [0.0]
+        canary = _canary(OVERSIZED, placer, store, now)
+        await canary.tick()
+        waiting = next(i for i in (uuid.uuid4().hex for _ in range(1000)) if workload_bucket(i) < 50)
+        assert canary.profile_for(waiting) is canary.candidate
+        now[0] = 3.0
+        await canary.tick()
+        assert canary.controller.samples["canary"] == 1  # asked 3 s ago: still waiting, sampled
+        now[0] = 9.0
+        await canary.tick()
+        assert canary.controller.samples["canary"] == 1  # not asked for 9 s: not sampled again
+    finally:
+        await store.close()
+
+
 def test_a_workload_keeps_its_group_and_larger_shares_take_the_smaller_ones_workloads() -> None:
     ids = [uuid.uuid4().hex for _ in range(400)]
     ten = {i for i in ids if workload_bucket(i) < 10}
