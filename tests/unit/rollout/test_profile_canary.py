@@ -14,6 +14,7 @@ from typing import Any, cast
 import pytest
 
 from controlplane.errors import ValidationError
+from controlplane.hub import placing as placing_module
 from controlplane.hub.framework_placer import FrameworkPlacer
 from controlplane.hub.placement import PlacementNode
 from controlplane.hub.placing import PlacementRound
@@ -140,8 +141,11 @@ def _canary(
 
 
 async def test_a_candidate_that_places_nothing_is_reverted_and_its_workloads_placed_after(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The hub asks about a waiting workload again at least every RETRY_ALL_S of its clock; here
+    # the canary's clock is the test's (0.5 s a round), so every round asks about every one.
+    monkeypatch.setattr(placing_module, "RETRY_ALL_S", 0.0)
     store, placer, placing = await _round(tmp_path)
     try:
         now = [0.0]
@@ -157,7 +161,7 @@ async def test_a_candidate_that_places_nothing_is_reverted_and_its_workloads_pla
             await canary.tick()
             if canary.state != "canary":
                 break
-        assert canary.state == "rolled_back", canary.describe()
+        assert canary.state == "rolled_back", str(canary.describe())
         assert now[0] < 10.0  # judged on placement delays, long before the first step's dwell ended
         described = canary.describe()
         assert described["scores"]["canary"] > 1.0 and described["scores"]["control"] <= 1.0
