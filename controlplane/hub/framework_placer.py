@@ -51,10 +51,13 @@ class FrameworkPlacer:
         """The profile in force (a profile canary's candidate places only its share)."""
         return self.scheduler.profile
 
+    def _chosen(self, workload_id: str) -> Profile | None:
+        """A profile canary's choice for ``workload_id`` (None: the profile in force)."""
+        return self.profile_for(workload_id) if self.profile_for is not None else None
+
     def profile_of(self, workload_id: str) -> str:
         """The name of the profile that places ``workload_id`` now."""
-        chosen = self.profile_for(workload_id) if self.profile_for is not None else None
-        return (chosen or self.scheduler.profile).name
+        return (self._chosen(workload_id) or self.scheduler.profile).name
 
     def use_profile(self, profile: Profile) -> None:
         """Place with ``profile`` from now on (a promoted profile canary)."""
@@ -114,8 +117,9 @@ class FrameworkPlacer:
 
     def place(self, workload_id: str, spec: WorkloadSpec, replicas: list[int]) -> PlacementOutcome:
         request = spec.request(workload_id)
-        profile = self.profile_for(workload_id) if self.profile_for is not None else None
-        decision = self.scheduler.schedule(request, replicas=replicas, enqueue=False, profile=profile)
+        decision = self.scheduler.schedule(
+            request, replicas=replicas, enqueue=False, profile=self._chosen(workload_id)
+        )
         outcome = PlacementOutcome()
         for placement in decision.placements:
             if placement.node is None or placement.assignment is None or placement.replica not in replicas:

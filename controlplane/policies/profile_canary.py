@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -38,9 +37,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from controlplane.errors import ConfigError, ConflictError, NotFoundError, ValidationError
+from controlplane.policies.upload import CONTROLLER_FIELDS, steps_field
 from controlplane.rollout.controller import CanaryController, Group, RolloutConfig, rollout_config
 from controlplane.scheduling.profiles import BUILTIN_PROFILES, Profile, load_profile, parse_profile
-from controlplane.schema import Custom, Field, Integer, Model, Number
+from controlplane.schema import Custom, Field, Model, Number
 from controlplane.store.store import Store
 
 __all__ = [
@@ -108,19 +108,6 @@ def _profile(value: Any, where: str) -> Profile:
     raise ValidationError("must be a built-in profile's name or a profile object", field=where)
 
 
-def _steps(value: Any, where: str) -> list[int]:
-    if (
-        not isinstance(value, list)
-        or not value
-        or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 100 for v in value)
-        or any(b <= a for a, b in itertools.pairwise(value))
-    ):
-        raise ValidationError(
-            "must be rising percents of workloads, 1 to 100 (e.g. [10, 50, 100])", field=where
-        )
-    return list(value)
-
-
 PROFILE_CANARY: Model[ProfileCanaryRequest] = Model(
     "ProfileCanaryRequest",
     ProfileCanaryRequest,
@@ -137,25 +124,11 @@ PROFILE_CANARY: Model[ProfileCanaryRequest] = Model(
             required=True,
             description="the candidate placement profile",
         ),
-        Field(
-            "steps",
-            Custom(
-                _steps,
-                {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100}, "minItems": 1},
-            ),
-            description="the candidate's share of new workloads, step by step (rising); after the "
-            "last, promote",
+        steps_field(
+            "workloads",
+            "the candidate's share of new workloads, step by step (rising); after the last, promote",
         ),
-        Field("dwell_s", Number("must be a number from 0 to 86400", low=0.0, high=86400.0)),
-        Field(
-            "threshold",
-            Number("must be a number above 0 and at most 100", low=0.0, high=100.0, exclusive_low=True),
-            description="the canary's anomaly score above which it is rolled back (when sustained)",
-        ),
-        Field("sustain_s", Number("must be a number from 0 to 86400", low=0.0, high=86400.0)),
-        Field("min_samples", Integer(1, 100_000)),
-        Field("recent", Integer(1, 10_000), description="samples in a group's current value"),
-        Field("window", Integer(1, 100_000), description="control samples in the baseline's window"),
+        *CONTROLLER_FIELDS,
         Field(
             "baseline_floor",
             Number("must be a number of seconds from 0 to 60", low=0.0, high=60.0),

@@ -13,6 +13,7 @@ from controlplane.schema import Custom, Field, Integer, Model, Number, StringLis
 
 __all__ = [
     "CANARY",
+    "CONTROLLER_FIELDS",
     "DEFAULT_MIN_AGREEMENT",
     "MAX_MODEL_BYTES",
     "POLICY_ROLLBACK",
@@ -22,6 +23,7 @@ __all__ = [
     "PolicyRollback",
     "PolicyRollout",
     "PolicyUpload",
+    "steps_field",
 ]
 
 # The API takes bodies up to 1 MiB (base64 adds a third): the shipped int8 model is 68 kB.
@@ -163,39 +165,47 @@ class CanaryRequest:
     drain_span_s: float = 600.0
 
 
-def _steps(value: Any, where: str) -> list[int]:
-    if (
-        not isinstance(value, list)
-        or not value
-        or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 100 for v in value)
-        or any(b <= a for a, b in itertools.pairwise(value))
-    ):
-        raise ValidationError("must be rising percents of nodes, 1 to 100 (e.g. [10, 50, 100])", field=where)
-    return list(value)
+def steps_field(of: str, description: str) -> Field:
+    """A canary request's ``steps``: rising percents (1-100) of ``of`` (nodes, workloads)."""
+
+    def parse(value: Any, where: str) -> list[int]:
+        if (
+            not isinstance(value, list)
+            or not value
+            or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 100 for v in value)
+            or any(b <= a for a, b in itertools.pairwise(value))
+        ):
+            raise ValidationError(
+                f"must be rising percents of {of}, 1 to 100 (e.g. [10, 50, 100])", field=where
+            )
+        return list(value)
+
+    schema = {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100}, "minItems": 1}
+    return Field("steps", Custom(parse, schema), description=description)
+
+
+# The canary controller's rules (controlplane.rollout.controller.RolloutConfig), as every canary
+# request names them.
+CONTROLLER_FIELDS: tuple[Field, ...] = (
+    Field("dwell_s", Number("must be a number from 0 to 86400", low=0.0, high=86400.0)),
+    Field(
+        "threshold",
+        Number("must be a number above 0 and at most 100", low=0.0, high=100.0, exclusive_low=True),
+        description="the canary's anomaly score above which it is rolled back (when sustained)",
+    ),
+    Field("sustain_s", Number("must be a number from 0 to 86400", low=0.0, high=86400.0)),
+    Field("min_samples", Integer(1, 100_000)),
+    Field("recent", Integer(1, 10_000), description="samples in a group's current value"),
+    Field("window", Integer(1, 100_000), description="control samples in the baseline's window"),
+)
 
 
 CANARY: Model[CanaryRequest] = Model(
     "CanaryRequest",
     CanaryRequest,
     (
-        Field(
-            "steps",
-            Custom(
-                _steps,
-                {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 100}, "minItems": 1},
-            ),
-            description="the canary's share of nodes, step by step (rising); after the last, promote",
-        ),
-        Field("dwell_s", Number("must be a number from 0 to 86400", low=0.0, high=86400.0)),
-        Field(
-            "threshold",
-            Number("must be a number above 0 and at most 100", low=0.0, high=100.0, exclusive_low=True),
-            description="the canary's anomaly score above which it is rolled back (when sustained)",
-        ),
-        Field("sustain_s", Number("must be a number from 0 to 86400", low=0.0, high=86400.0)),
-        Field("min_samples", Integer(1, 100_000)),
-        Field("recent", Integer(1, 10_000), description="samples in a group's current value"),
-        Field("window", Integer(1, 100_000), description="control samples in the baseline's window"),
+        steps_field("nodes", "the canary's share of nodes, step by step (rising); after the last, promote"),
+        *CONTROLLER_FIELDS,
         Field(
             "baseline_floor",
             Number("must be a number from 0 to 10", low=0.0, high=10.0),
