@@ -31,7 +31,9 @@ from controlplane.store.db import sqlite_url
 from controlplane.store.models import EventRow, WorkloadRow
 from controlplane.store.store import Store
 
-# A profile change whose quota bins no node can hold: every workload it places waits.
+# A profile change whose quota bins no node can hold: every workload it places waits (1000x the
+# request: 64x of a half-core workload still fits the 64-core nodes here, and the first few of
+# the candidate's share were placed, which made the rollback test depend on the ids drawn).
 OVERSIZED = {
     "name": "oversized",
     "plugins": [
@@ -40,7 +42,7 @@ OVERSIZED = {
         {"name": "NodeResourcesLeastAllocated"},
         {"name": "DefaultBinder"},
     ],
-    "action_space": {"cpu_bins": [64.0]},
+    "action_space": {"cpu_bins": [1000.0]},
 }
 
 
