@@ -4,6 +4,7 @@ it rolled out as a canary that the anomaly-score controller promotes or reverts
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
@@ -25,6 +26,7 @@ __all__ = ["PROFILE_CANARIES", "routes", "setup"]
 PROFILE_CANARIES = web.AppKey("profile_canaries", ProfileCanaries)
 
 routes = web.RouteTableDef()
+log = logging.getLogger("edgeplane.hub.policy")
 
 
 def setup(app: web.Application, hub: Hub) -> None:
@@ -43,6 +45,10 @@ def setup(app: web.Application, hub: Hub) -> None:
         metrics = getattr(hub, "metrics", None)
         if metrics is not None:
             metrics.registry.register(collector)
+        try:  # a canary the previous leader (or this hub before its restart) was running
+            await canaries.resume()
+        except Exception as exc:  # the store away: it stays as it was, resumed at the next start
+            log.warning("a running scheduling profile canary could not be resumed: %s", exc)
         yield
         await canaries.stop()
         if metrics is not None:
@@ -66,7 +72,8 @@ async def current_profile(request: web.Request) -> web.Response:
         raise NotFoundError("this hub's placer has no scheduling profile", field="profile")
     profile = canaries.placer.current_profile
     running = canaries.last.candidate.name if canaries.running() and canaries.last is not None else None
-    return web.json_response(to_json(SchedulingProfile(profile.name, profile.to_dict(), running)))
+    origin = "started" if profile is canaries.placer.base_profile else "promoted"
+    return web.json_response(to_json(SchedulingProfile(profile.name, profile.to_dict(), running, origin)))
 
 
 @routes.post("/v1/scheduling-profiles/canary")
@@ -79,4 +86,5 @@ async def start_profile_canary(request: web.Request) -> web.Response:
 
 @routes.get("/v1/scheduling-profiles/canary")
 async def get_profile_canary(request: web.Request) -> web.Response:
-    return web.json_response(to_json(ProfileCanaryStatus.of(request.app[PROFILE_CANARIES].describe())))
+    described = await request.app[PROFILE_CANARIES].describe()
+    return web.json_response(to_json(ProfileCanaryStatus.of(described)))

@@ -38,6 +38,9 @@ class FrameworkPlacer:
         recorder: FrameworkRecorder | None = None,
     ) -> None:
         self.scheduler = Scheduler(profile, federation, recorder=recorder)
+        # The profile this placer was built with (the hub's ``--scheduler``): a profile promoted
+        # over it is kept in the store and used again by a hub started with the same one.
+        self.base_profile = self.scheduler.profile
         self.nodes: dict[str, PlacementNode] = {}
         # Moves whenever a placement that failed could now succeed (capacity released, a node's
         # state changed): the hub tries a workload no node fitted again only then.

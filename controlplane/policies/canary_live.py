@@ -28,7 +28,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
 from sqlalchemy import select
@@ -205,7 +205,7 @@ class LiveCanary:
     def _config_json(self) -> dict[str, Any]:
         """What the store keeps of the configuration: the rules and the energy guard's timing."""
         drain = {"window_s": self.drain_window_s, "span_s": self.drain_span_s}
-        return {**_config_json(self.controller.config), "drain": drain}
+        return {**self.controller.config.to_json(), "drain": drain}
 
     async def _row(self, session: AsyncSession) -> PolicyCanaryRow:
         """The canary's row (a new one where there is none), its start as this canary's."""
@@ -283,7 +283,7 @@ class LiveCanary:
         """The canary ``row`` kept, going on from the step it reached: its timeline and nodes as
         they were, its clock counting from its first start, its windows empty and its step's
         dwell started again (it judges only what it sees from now on)."""
-        config = _config_of(row.config)
+        config = RolloutConfig.from_json(row.config)
         drain = row.config.get("drain", {})
         canary = cls(
             version=row.version,
@@ -455,12 +455,3 @@ class CanaryRollouts:
 def _guard(config: RolloutConfig) -> CanaryController:
     """A controller with the canary's rules that only ever judges (one step, held for ever)."""
     return CanaryController(replace(config, steps=(1.0,), dwell_s=math.inf), start_s=0.0)
-
-
-def _config_json(config: RolloutConfig) -> dict[str, Any]:
-    return {**asdict(config), "steps": list(config.steps)}
-
-
-def _config_of(data: dict[str, Any]) -> RolloutConfig:
-    rules = {k: v for k, v in data.items() if k != "drain"}  # the energy guard's: not the rules'
-    return RolloutConfig(**{**rules, "steps": tuple(rules["steps"])})

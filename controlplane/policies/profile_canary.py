@@ -17,8 +17,14 @@ share up, promotes the candidate after the last step (it becomes the profile in 
 threshold while the control group's does not: its waiting workloads go back to the profile in
 force and are placed by it. Each decision is an event (``ProfileCanary*``) with the scores.
 
-Not kept in the store: a hub that restarts runs its ``--scheduler`` profile again, and a
-canary it was running is over (the events say how far it went).
+Kept in the store (``profile_canaries``): the canary is recorded when it is accepted (before the
+answer) and with each decision, in the event's transaction. A hub that starts (a restart, or a
+standby taking over) places with the newest promoted candidate whose *base* (the ``--scheduler``
+profile of the hub that promoted it) is its own ``--scheduler`` profile, so that a promotion lasts
+until an operator starts the hub with another profile on purpose; and it resumes a canary still
+running from the step it reached (its timeline kept, its windows empty and the step's dwell
+restarted), unless the profile in force is no longer the one the canary was compared with: then
+the canary is rolled back, with that reason.
 """
 
 from __future__ import annotations
@@ -35,12 +41,21 @@ from typing import Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.errors import ConfigError, ConflictError, NotFoundError, ValidationError
 from controlplane.policies.upload import CONTROLLER_FIELDS, steps_field
-from controlplane.rollout.controller import CanaryController, Group, RolloutConfig, rollout_config
+from controlplane.rollout.controller import (
+    CanaryController,
+    Group,
+    RolloutConfig,
+    RolloutEvent,
+    rollout_config,
+)
 from controlplane.scheduling.profiles import BUILTIN_PROFILES, Profile, load_profile, parse_profile
 from controlplane.schema import Custom, Field, Model, Number
+from controlplane.store.models import ProfileCanaryRow
 from controlplane.store.store import Store
 
 __all__ = [
@@ -50,6 +65,7 @@ __all__ = [
     "ProfileCanaryCollector",
     "ProfileCanaryRequest",
     "ProfilePlacer",
+    "restore_profile_in_force",
     "workload_bucket",
 ]
 
@@ -71,6 +87,7 @@ class ProfilePlacer(Protocol):
 
     profile_for: Callable[[str], Profile | None] | None
     generation: int
+    base_profile: Profile  # the hub's ``--scheduler`` profile
 
     def use_profile(self, profile: Profile) -> None: ...
 
@@ -171,6 +188,8 @@ class ProfileCanary:
         # Workload id -> [its group, when it was first asked for, placed yet, when last asked]:
         # sticky groups.
         self._seen: OrderedDict[str, list[Any]] = OrderedDict()
+        self.base = placer.base_profile
+        self.row_id: int | None = None  # its row in ``profile_canaries`` once recorded
 
     def _t(self) -> float:
         return self.clock() - self.started
@@ -241,6 +260,7 @@ class ProfileCanary:
             "promote": "ProfileCanaryPromoted",
         }
         async with self.store.session() as session:
+            await self._keep(session, kind, fraction)
             Store.add_event(
                 session,
                 names.get(kind, "ProfileCanaryRolledBack"),
@@ -254,6 +274,78 @@ class ProfileCanary:
             "scheduling profile %r canary: %s at %.0f%% (%s)",
             self.candidate.name, kind, 100 * fraction, reason,
         )  # fmt: skip
+
+    async def _row(self, session: AsyncSession) -> ProfileCanaryRow:
+        row = await session.get(ProfileCanaryRow, self.row_id) if self.row_id is not None else None
+        if row is None:
+            row = ProfileCanaryRow(
+                name=self.candidate.name[:63],
+                candidate=self.candidate.to_dict(),
+                previous=self.previous.to_dict(),
+                base=self.base.to_dict(),
+                config=self.controller.config.to_json(),
+                started_at=self.started_at,
+                started_by=self.by[:63],
+            )
+            session.add(row)
+        return row
+
+    async def record_start(self, session: AsyncSession) -> None:
+        """The accepted canary, before anything was done: a hub that stops now leaves it to the
+        next one, which starts it (:meth:`resumed`)."""
+        row = await self._row(session)
+        row.state, row.step, row.fraction, row.events = "canary", 0, 0.0, []
+        row.updated_at = time.time()
+        await session.flush()
+        self.row_id = row.id
+
+    async def _keep(self, session: AsyncSession, kind: str, fraction: float) -> None:
+        """The canary as it is once this decision is acted on, in the event's transaction."""
+        row = await self._row(session)
+        row.state = {"promote": "promoted", "rollback": "rolled_back"}.get(kind, "canary")
+        row.step = self.controller.step
+        row.fraction = fraction
+        row.events = [e.to_dict() for e in self.controller.events[: self._acted + 1]]
+        row.updated_at = time.time()
+        await session.flush()
+        self.row_id = row.id
+
+    @classmethod
+    def resumed(
+        cls,
+        row: ProfileCanaryRow,
+        *,
+        placer: ProfilePlacer,
+        store: Store,
+        wake: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> ProfileCanary:
+        """The canary ``row`` kept, going on from the step it reached: its timeline as it was,
+        its clock counting from its first start, its windows empty and its step's dwell started
+        again. Its share is in force when this returns (a workload keeps the group of its hash)."""
+        config = RolloutConfig.from_json(row.config)
+        canary = cls(
+            candidate=parse_profile(row.candidate, source=f"profile canary {row.id}"),
+            config=config,
+            placer=placer,
+            store=store,
+            wake=wake,
+            by=row.started_by,
+            clock=clock,
+        )
+        canary.row_id = row.id
+        canary.started = clock() - max(0.0, time.time() - row.started_at)
+        canary.started_at = row.started_at
+        events = [RolloutEvent(**e) for e in row.events]
+        if not events:  # accepted, but its hub stopped before its first share: it starts now
+            return canary
+        canary.controller = CanaryController.resume(config, step=row.step, events=events, t_s=canary._t())
+        canary._acted = len(events)
+        canary.fraction = row.fraction
+        canary._share = max(1, round(row.fraction * 100))
+        placer.profile_for = canary.profile_for
+        placer.generation += 1
+        return canary
 
     async def run(self) -> None:
         """Tick until promoted or rolled back (the first tick, its start, is the caller's)."""
@@ -325,6 +417,9 @@ class ProfileCanaries:
             wake=self.wake,
             by=by,
         )
+        async with self.store.session() as session:  # accepted: kept before the answer
+            await canary.record_start(session)
+            session.info["wrote"] = True
         self.last = canary
         self._task = asyncio.create_task(self._run(canary), name="profile-canary")
         await asyncio.shield(self._started)
@@ -332,23 +427,130 @@ class ProfileCanaries:
 
     async def _run(self, canary: ProfileCanary) -> None:
         try:
-            await canary.tick()  # its start: the first share
+            if canary._acted == 0:
+                await canary.tick()  # its start: the first share
         except Exception as exc:
             self._started.set_exception(exc)
             raise
         self._started.set_result(None)
         await canary.run()
 
-    def describe(self) -> dict[str, Any]:
-        if self.last is None:
-            raise NotFoundError("no scheduling profile canary has run on this hub", field="canary")
-        return self.last.describe()
+    async def describe(self) -> dict[str, Any]:
+        """The canary of this hub, else the newest one the store kept (one that ended under an
+        earlier hub: its timeline and share, no scores)."""
+        if self.last is not None:
+            return self.last.describe()
+        async with self.store.session() as session:
+            row = await session.scalar(select(ProfileCanaryRow).order_by(ProfileCanaryRow.id.desc()).limit(1))
+        if row is None:
+            raise NotFoundError("no scheduling profile canary has run", field="canary")
+        return {
+            "profile": row.name,
+            "previous": str(row.previous.get("name", "")),
+            "state": row.state,
+            "fraction": row.fraction,
+            "samples": {"canary": 0, "control": 0},
+            "scores": {"canary": 0.0, "control": 0.0},
+            "events": list(row.events),
+            "failure": "" if row.state != "canary" else "not running on this hub (it resumes at a start)",
+        }
+
+    async def resume(self) -> ProfileCanary | None:
+        """Go on with the canary the store says is running (a restart, or a standby that took
+        over), if any. One compared with another profile than the one in force now (the hub
+        started with another ``--scheduler``) is rolled back instead, with that reason."""
+        if self.placer is None:
+            return None
+        async with self.store.session() as session:
+            rows = list(
+                await session.scalars(
+                    select(ProfileCanaryRow)
+                    .where(ProfileCanaryRow.state == "canary")
+                    .order_by(ProfileCanaryRow.id)
+                )
+            )
+            current = self.placer.current_profile
+            stale = list(rows[:-1])  # one at a time: only the newest can still be running
+            if rows and rows[-1].previous != current.to_dict():
+                stale.append(rows[-1])
+            for row in stale:
+                reason = (
+                    f"the hub started with profile {current.name!r} in force, not "
+                    f"{row.previous.get('name')!r} that the canary was compared with"
+                )
+                _end(session, row, reason)
+            if stale:
+                session.info["wrote"] = True
+        running = [r for r in rows if r not in stale]
+        if not running:
+            return None
+        row = running[-1]
+        canary = ProfileCanary.resumed(row, placer=self.placer, store=self.store, wake=self.wake)
+        self.last = canary
+        self._started = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._run(canary), name="profile-canary")
+        await asyncio.shield(self._started)
+        self.wake()
+        log.warning(
+            "scheduling profile %r canary resumed at %.0f%% of new workloads (step %d); its scores "
+            "start afresh",
+            canary.candidate.name, 100 * canary.fraction, canary.controller.step + 1,
+        )  # fmt: skip
+        return canary
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+
+
+def _end(session: AsyncSession, row: ProfileCanaryRow, reason: str) -> None:
+    """Roll back a kept canary that cannot go on, with an event that says why."""
+    t_s = max(0.0, time.time() - row.started_at)
+    event = RolloutEvent(t_s, "rollback", 0.0, 0.0, 0.0, None, reason)
+    row.state, row.fraction = "rolled_back", 0.0
+    row.events = [*row.events, event.to_dict()]
+    row.updated_at = time.time()
+    Store.add_event(
+        session,
+        "ProfileCanaryRolledBack",
+        "profile",
+        row.name,
+        f"scheduling profile {row.name!r} canary: rollback: {reason}",
+        {**event.to_dict(), "profile": row.name, "previous": row.previous.get("name")},
+    )
+
+
+async def restore_profile_in_force(store: Store, placer: ProfilePlacer) -> Profile | None:
+    """At a hub's start, before it places: the newest profile a canary promoted over this hub's
+    own ``--scheduler`` profile becomes the one in force again (returned); None when there is
+    none, or when the newest promotion was over another base (an operator who starts the hub with
+    another profile means it: that one stays, with a warning)."""
+    async with store.session() as session:
+        row = await session.scalar(
+            select(ProfileCanaryRow)
+            .where(ProfileCanaryRow.state == "promoted")
+            .order_by(ProfileCanaryRow.id.desc())
+            .limit(1)
+        )
+    if row is None:
+        return None
+    base = placer.base_profile
+    if row.base != base.to_dict():
+        log.warning(
+            "scheduling profile %r was promoted over %r; this hub starts with %r, which stays in force",
+            row.name, row.base.get("name"), base.name,
+        )  # fmt: skip
+        return None
+    try:
+        profile = parse_profile(row.candidate, source=f"profile canary {row.id}")
+    except ConfigError as exc:  # a plugin this version no longer has
+        log.warning("promoted scheduling profile %r unusable (%s); %r stays", row.name, exc, base.name)
+        return None
+    placer.use_profile(profile)
+    log.info("scheduling profile %r in force (promoted by a canary over %r)", profile.name, base.name)
+    return profile
 
 
 class ProfileCanaryCollector(Collector):

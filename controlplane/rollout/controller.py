@@ -62,6 +62,17 @@ class RolloutConfig:
         if self.recent < 1 or self.min_samples < 1 or self.window < 1:
             raise ValueError("recent, min_samples and window must be at least 1")
 
+    def to_json(self) -> dict[str, Any]:
+        """The rules as a JSON object (what the store keeps of a live canary)."""
+        return {**asdict(self), "steps": list(self.steps)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RolloutConfig:
+        """The rules :meth:`to_json` wrote (other keys beside them are not the rules')."""
+        names = set(cls.__dataclass_fields__)
+        rules = {k: v for k, v in data.items() if k in names}
+        return cls(**{**rules, "steps": tuple(rules["steps"])})
+
 
 def rollout_config(request: Any) -> RolloutConfig:
     """The controller's rules from a canary request (its ``steps`` in percents, the rest by name:

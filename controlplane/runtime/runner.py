@@ -26,6 +26,7 @@ from controlplane.hub.framework_placer import FrameworkPlacer
 from controlplane.hub.placement import Placer
 from controlplane.hub.service import Hub, HubSettings
 from controlplane.observe.hub import HubMetrics
+from controlplane.policies.profile_canary import restore_profile_in_force
 from controlplane.scheduling.instrument import FrameworkRecorder
 from controlplane.scheduling.profiles import Profile
 from controlplane.scheduling.scheduler import Scheduler
@@ -138,6 +139,8 @@ async def start_hub(
         store.commit_check = lambda session: check_in_transaction(session, claimed)
     hub = hub_factory(settings, store)
     try:
+        if isinstance(hub.placer, FrameworkPlacer):  # a promotion outlives the hub that made it
+            await restore_profile_in_force(store, hub.placer)
         await hub.start()
     except BaseException:
         await hub.stop()

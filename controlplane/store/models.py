@@ -26,6 +26,7 @@ __all__ = [
     "NodeRow",
     "PlacementRow",
     "PolicyCanaryRow",
+    "ProfileCanaryRow",
     "RuntimeObservationRow",
     "WorkloadRow",
 ]
@@ -298,5 +299,29 @@ class PolicyCanaryRow(Base):
     step: Mapped[int] = mapped_column(Integer)
     fraction: Mapped[float] = mapped_column(Float)
     nodes: Mapped[list[Any]] = mapped_column(JSON)
+    events: Mapped[list[Any]] = mapped_column(JSON)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ProfileCanaryRow(Base):
+    """A scheduling profile canary as far as it has gone (``controlplane/policies/profile_canary.py``):
+    the candidate, the profile in force it was compared with, the ``--scheduler`` profile of the
+    hub that ran it (``base``), its rules, the step it reached and its timeline. A hub that starts
+    places with the newest promoted candidate whose base is its own ``--scheduler`` profile, and
+    resumes the one still in state ``canary``."""
+
+    __tablename__ = "profile_canaries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(63))
+    candidate: Mapped[dict[str, Any]] = mapped_column(JSON)
+    previous: Mapped[dict[str, Any]] = mapped_column(JSON)
+    base: Mapped[dict[str, Any]] = mapped_column(JSON)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    started_at: Mapped[float] = mapped_column(Float)
+    started_by: Mapped[str] = mapped_column(String(63))
+    state: Mapped[str] = mapped_column(String(16), index=True)  # canary | promoted | rolled_back
+    step: Mapped[int] = mapped_column(Integer)
+    fraction: Mapped[float] = mapped_column(Float)
     events: Mapped[list[Any]] = mapped_column(JSON)
     updated_at: Mapped[float] = mapped_column(Float)

@@ -127,6 +127,45 @@ async def test_a_profile_change_that_places_as_well_is_promoted(nats_server, sql
             assert (await api.wait_status(workload_id, "Succeeded", "Failed", timeout=30))[
                 "status"
             ] == "Succeeded"
+    # The promotion outlives the hub: the next one, started with the same --scheduler profile,
+    # places with the promoted profile and says so.
+    async with running_hub(nats_server.url, sqlite_url) as (_, api):
+        current = await api.get("/v1/scheduling-profiles/current")
+        assert (current["name"], current["origin"], current["canary"]) == ("default-copy", "promoted", None)
+        assert (await api.get("/v1/scheduling-profiles/canary"))["state"] == "promoted"
+
+
+async def test_a_running_profile_canary_outlives_its_hub(nats_server, sqlite_url, tmp_path):
+    async with running_hub(nats_server.url, sqlite_url) as (_, api):
+        before = await api.get("/v1/scheduling-profiles/current")
+        assert before["origin"] == "started"
+        status, started = await api.call(
+            "POST", "/v1/scheduling-profiles/canary", {"profile": "default", "dwell_s": 600, **QUICK}
+        )
+        assert status == 201 and started["fraction"] == 0.5, started
+    # The hub stopped mid-canary; the next one goes on with it at the step it reached.
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (_, api),
+        running_agents(nats_server.url, tmp_path, ["n1", "n2"]),
+    ):
+        canary = await api.get("/v1/scheduling-profiles/canary")
+        assert (canary["state"], canary["fraction"], canary["failure"]) == ("canary", 0.5, ""), canary
+        assert [e["kind"] for e in canary["events"]] == ["start"]
+        current = await api.get("/v1/scheduling-profiles/current")
+        assert (current["name"], current["canary"]) == (before["name"], "default")
+        status, second = await api.call("POST", "/v1/scheduling-profiles/canary", {"profile": "binpack"})
+        assert status == 409, second  # still one at a time after the restart
+        await wait_for(api.nodes, lambda items: len(items) == 2)
+        ids = [
+            await api.post_workload({"name": f"r{i}", "command": ["true"], "resources": {"cpu": 0.25}})
+            for i in range(6)
+        ]
+        for workload_id in ids:  # both groups placed: the candidate's share by the candidate
+            assert (await api.wait_status(workload_id, "Succeeded", "Failed", timeout=30))[
+                "status"
+            ] == "Succeeded"
+        samples = (await api.get("/v1/scheduling-profiles/canary"))["samples"]
+        assert samples["canary"] + samples["control"] >= 1, samples
 
 
 def _yaml_of_default() -> str:

@@ -214,8 +214,10 @@ class ProfileCanaryStatus:
 @dataclass(frozen=True, slots=True)
 class SchedulingProfile:
     """The placement profile in force (``GET /v1/scheduling-profiles/current``) and, while a
-    profile canary runs, its candidate."""
+    profile canary runs, its candidate. ``origin``: ``started`` (the hub's ``--scheduler``
+    profile) or ``promoted`` (a canary promoted it; kept in the store across restarts)."""
 
     name: str
     profile: dict[str, Any]
     canary: str | None
+    origin: str

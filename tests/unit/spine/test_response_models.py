@@ -244,8 +244,8 @@ async def _samples() -> dict[type, list[Any]]:
                 "failure": "",
             }
         ),
-        views.SchedulingProfile("edgeplane", {"name": "edgeplane", "plugins": []}, None),
-        views.SchedulingProfile("edgeplane", {"name": "edgeplane"}, "default"),
+        views.SchedulingProfile("edgeplane", {"name": "edgeplane", "plugins": []}, None, "started"),
+        views.SchedulingProfile("edgeplane", {"name": "edgeplane"}, "default", "promoted"),
     ]
     nested = [
         *logs.nodes,
