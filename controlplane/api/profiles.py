@@ -37,6 +37,9 @@ def setup(app: web.Application, hub: Hub) -> None:
     placing = getattr(hub, "placing", None)
     if placing is not None:
         placing.placed_listeners.append(_placed(canaries))
+    outcomes = getattr(hub, "placement_outcome_listeners", None)
+    if outcomes is not None:
+        outcomes.append(_ended(canaries))
     app[PROFILE_CANARIES] = canaries
     app.add_routes(routes)
 
@@ -63,6 +66,14 @@ def _placed(canaries: ProfileCanaries) -> Callable[[str, float], None]:
             canaries.last.observe_placed(workload_id, delay_s)
 
     return placed
+
+
+def _ended(canaries: ProfileCanaries) -> Callable[[str, float, str], None]:
+    def ended(node: str, value: float, workload_id: str) -> None:
+        if canaries.running() and canaries.last is not None:
+            canaries.last.observe_outcome(node, value, workload_id)
+
+    return ended
 
 
 @routes.get("/v1/scheduling-profiles/current")

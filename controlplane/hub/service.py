@@ -183,9 +183,9 @@ class Hub:
         # Called with (node, mean regret) for each heartbeat that carries the regret of the local
         # policy's audited decisions (the canary controller, controlplane/policies/canary_live.py).
         self.policy_regret_listeners: list[Callable[[NodeLive, float], None]] = []
-        # Called with (node, latency over SLA) for each placement with an SLA that ends Succeeded
-        # or Failed (the canary controller's outcome guard, controlplane/policies/canary_live.py).
-        self.placement_outcome_listeners: list[Callable[[str, float], None]] = []
+        # Called with (node, latency over SLA, workload id) for each placement with an SLA that
+        # ends Succeeded or Failed (the canaries' outcome guards: controlplane/policies/).
+        self.placement_outcome_listeners: list[Callable[[str, float, str], None]] = []
         # Told each heartbeat's power source and battery level (the canary's energy guard).
         self.power_listeners: list[Callable[[NodeLive, str, float | None], None]] = []
         # Nodes taking no new placements (the descheduler's cordon of an anomalous node).
@@ -716,7 +716,7 @@ class Hub:
         value = latency_vs_sla(took if placement.status == "Succeeded" else None, sla)
         if value is not None:
             for listener in self.placement_outcome_listeners:
-                listener(placement.node, value)
+                listener(placement.node, value, placement.workload_id)
 
     # --- the descheduler's view (hub/descheduler.py) ------------------------------------------
 

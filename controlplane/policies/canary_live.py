@@ -28,7 +28,6 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any, Protocol
 
 from sqlalchemy import select
@@ -37,7 +36,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from controlplane.errors import ConflictError, NotFoundError
 from controlplane.hub.nodes import NodeLive
 from controlplane.policies.registry import PolicyRegistry
-from controlplane.rollout.controller import CanaryController, Group, RolloutConfig, RolloutEvent
+from controlplane.rollout.controller import (
+    CanaryController,
+    Group,
+    RolloutConfig,
+    RolloutEvent,
+    guard,
+    judge,
+)
 from controlplane.store.models import PolicyCanaryRow
 from controlplane.store.store import Store
 
@@ -66,7 +72,7 @@ class CanaryHub(Protocol):
     def policy_regret_listeners(self) -> list[Callable[[NodeLive, float], None]]: ...
 
     @property
-    def placement_outcome_listeners(self) -> list[Callable[[str, float], None]]: ...
+    def placement_outcome_listeners(self) -> list[Callable[[str, float, str], None]]: ...
 
     @property
     def power_listeners(self) -> list[Callable[[NodeLive, str, float | None], None]]: ...
@@ -100,10 +106,10 @@ class LiveCanary:
         # The guards: the same rules over other samples of each group's nodes. They never step or
         # promote; their rollback is the canary's, its reason named by the guard.
         # Outcomes: work with an SLA (latency over SLA, capped; a failure counts the cap).
-        self.outcomes = _guard(config)
+        self.outcomes = guard(config)
         # Energy: the battery drain (percent per hour) of the group's nodes on battery, one
         # sample per node per ``drain_window_s``.
-        self.drain = _guard(config)
+        self.drain = guard(config)
         self._guards = ((self.outcomes, "outcomes against SLA"), (self.drain, "battery drain"))
         self.drain_window_s = drain_window_s
         self.drain_span_s = drain_span_s
@@ -134,7 +140,7 @@ class LiveCanary:
         if group is not None:
             self.controller.observe(group, regret, self._t())
 
-    def observe_outcome(self, node: str, value: float) -> None:
+    def observe_outcome(self, node: str, value: float, workload_id: str = "") -> None:
         group = self._group(self.hub.nodes.get(node))
         if group is not None:
             self.outcomes.observe(group, value, self._t())
@@ -163,12 +169,7 @@ class LiveCanary:
 
     async def tick(self) -> None:
         """Let the controller judge on the clock, and act on what it decided since the last tick."""
-        t = self._t()
-        self.controller.evaluate(t)
-        for guard, what in self._guards:
-            guard.evaluate(t)
-            if guard.state == "rolled_back" and self.controller.state == "canary":
-                self.controller.roll_back(t, f"{what}: {guard.events[-1].reason}")
+        judge(self.controller, self._guards, self._t())
         events = self.controller.events
         while self._acted < len(events):
             event = events[self._acted]
@@ -450,8 +451,3 @@ class CanaryRollouts:
                 await task
             except asyncio.CancelledError:
                 pass
-
-
-def _guard(config: RolloutConfig) -> CanaryController:
-    """A controller with the canary's rules that only ever judges (one step, held for ever)."""
-    return CanaryController(replace(config, steps=(1.0,), dwell_s=math.inf), start_s=0.0)

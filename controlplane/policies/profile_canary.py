@@ -51,6 +51,8 @@ from controlplane.rollout.controller import (
     Group,
     RolloutConfig,
     RolloutEvent,
+    guard,
+    judge,
     rollout_config,
 )
 from controlplane.scheduling.profiles import BUILTIN_PROFILES, Profile, load_profile, parse_profile
@@ -180,6 +182,10 @@ class ProfileCanary:
         self.started = clock()
         self.started_at = time.time()
         self.controller = CanaryController(config, start_s=0.0)
+        # The outcome guard: the same rules over each placement's latency against its workload's
+        # SLA (a failure counts the cap), by the workload's group: a profile that places at once
+        # but badly (work that runs slower or fails where it put it) is rolled back by it.
+        self.outcomes = guard(config)
         self.state = "canary"
         self.fraction = 0.0
         self.failure = ""
@@ -216,6 +222,13 @@ class ProfileCanary:
         seen[2] = True
         self.controller.observe(seen[0], min(delay_s, self._t() - seen[1]), self._t())
 
+    def observe_outcome(self, node: str, value: float, workload_id: str) -> None:
+        """A placement of ``workload_id`` ended, ``value`` its latency over its SLA: one sample of
+        the workload's group for the outcome guard (a workload placed before the canary: none)."""
+        seen = self._seen.get(workload_id)
+        if seen is not None and self.controller.state == "canary":
+            self.outcomes.observe(seen[0], value, self._t())
+
     def _sample_waiting(self, t: float) -> None:
         """The oldest workload of each group still waiting: one sample, its age. Only those the
         placement rounds still ask about count (a cancelled one is no longer asked: the round
@@ -234,7 +247,7 @@ class ProfileCanary:
         t = self._t()
         if self.controller.state == "canary":
             self._sample_waiting(t)
-        self.controller.evaluate(t)
+        judge(self.controller, ((self.outcomes, "outcomes against SLA"),), t)
         events = self.controller.events
         while self._acted < len(events):
             event = events[self._acted]
@@ -377,6 +390,8 @@ class ProfileCanary:
             "fraction": self.fraction,
             "samples": described["samples"],
             "scores": {"canary": canary, "control": control},
+            "outcome_samples": dict(self.outcomes.samples),
+            "outcome_scores": dict(zip(("canary", "control"), self.outcomes.scores, strict=True)),
             "events": described["events"][: self._acted],
             "failure": self.failure,
         }
@@ -451,6 +466,8 @@ class ProfileCanaries:
             "fraction": row.fraction,
             "samples": {"canary": 0, "control": 0},
             "scores": {"canary": 0.0, "control": 0.0},
+            "outcome_samples": {"canary": 0, "control": 0},
+            "outcome_scores": {"canary": 0.0, "control": 0.0},
             "events": list(row.events),
             "failure": "" if row.state != "canary" else "not running on this hub (it resumes at a start)",
         }
@@ -576,6 +593,11 @@ class ProfileCanaryCollector(Collector):
             "The anomaly score of the canary's and the control group's placement delays",
             labels=["profile", "group"],
         )
+        outcome = GaugeMetricFamily(
+            "edgeplane_profile_canary_outcome_score",
+            "The anomaly score of the canary's and the control group's outcomes against SLA",
+            labels=["profile", "group"],
+        )
         samples = GaugeMetricFamily(
             "edgeplane_profile_canary_samples",
             "Placement-delay samples counted, by group",
@@ -590,5 +612,6 @@ class ProfileCanaryCollector(Collector):
             share.add_metric([name], float(described["fraction"]))
             for group in ("canary", "control"):
                 score.add_metric([name, group], float(described["scores"][group]))
+                outcome.add_metric([name, group], float(described["outcome_scores"][group]))
                 samples.add_metric([name, group], float(described["samples"][group]))
-        yield from (state, share, score, samples)
+        yield from (state, share, score, outcome, samples)

@@ -17,15 +17,26 @@ Pure and clocked by the caller (simulated or wall seconds); every decision is a
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from controlplane.rollout.anomaly import AnomalyWindow
 
-__all__ = ["CanaryController", "Group", "RolloutConfig", "RolloutEvent", "RolloutState", "rollout_config"]
+__all__ = [
+    "CanaryController",
+    "Group",
+    "RolloutConfig",
+    "RolloutEvent",
+    "RolloutState",
+    "guard",
+    "judge",
+    "rollout_config",
+]
 
 Group = Literal["canary", "control"]
 RolloutState = Literal["canary", "promoted", "rolled_back"]
@@ -213,3 +224,19 @@ class CanaryController:
             "samples": dict(self.samples),
             "events": [e.to_dict() for e in self.events],
         }
+
+
+def guard(config: RolloutConfig) -> CanaryController:
+    """A controller with a canary's rules over another signal, that only ever judges (one step,
+    held for ever): its rollback is the canary's (:func:`judge`)."""
+    return CanaryController(replace(config, steps=(1.0,), dwell_s=math.inf), start_s=0.0)
+
+
+def judge(controller: CanaryController, guards: Sequence[tuple[CanaryController, str]], t_s: float) -> None:
+    """The canary's controller and its guards judge at ``t_s``; a guard that rolled back rolls the
+    canary back, its reason named by what the guard watches."""
+    controller.evaluate(t_s)
+    for watcher, what in guards:
+        watcher.evaluate(t_s)
+        if watcher.state == "rolled_back" and controller.state == "canary":
+            controller.roll_back(t_s, f"{what}: {watcher.events[-1].reason}")

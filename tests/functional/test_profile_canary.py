@@ -156,16 +156,18 @@ async def test_a_running_profile_canary_outlives_its_hub(nats_server, sqlite_url
         status, second = await api.call("POST", "/v1/scheduling-profiles/canary", {"profile": "binpack"})
         assert status == 409, second  # still one at a time after the restart
         await wait_for(api.nodes, lambda items: len(items) == 2)
-        ids = [
-            await api.post_workload({"name": f"r{i}", "command": ["true"], "resources": {"cpu": 0.25}})
-            for i in range(6)
-        ]
+        spec = {"command": ["true"], "resources": {"cpu": 0.25}, "sla_latency_s": 30}
+        ids = [await api.post_workload({"name": f"r{i}", **spec}) for i in range(6)]
         for workload_id in ids:  # both groups placed: the candidate's share by the candidate
             assert (await api.wait_status(workload_id, "Succeeded", "Failed", timeout=30))[
                 "status"
             ] == "Succeeded"
-        samples = (await api.get("/v1/scheduling-profiles/canary"))["samples"]
-        assert samples["canary"] + samples["control"] >= 1, samples
+        canary = await api.get("/v1/scheduling-profiles/canary")
+        assert canary["samples"]["canary"] + canary["samples"]["control"] >= 1, canary
+        # Each one's end against its SLA reached the outcome guard, in its workload's group.
+        outcomes = canary["outcome_samples"]
+        assert outcomes["canary"] + outcomes["control"] == 6, canary
+        assert canary["state"] == "canary", canary  # 30 s of SLA: nothing over it
 
 
 def _yaml_of_default() -> str:

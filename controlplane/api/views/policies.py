@@ -185,7 +185,7 @@ class DecisionLogs:
 class ProfileCanaryStatus:
     """A scheduling profile canary (``/v1/scheduling-profiles/canary``): the candidate, the
     profile in force when it started, its share of new workloads, the placement-delay samples
-    and anomaly scores of both groups, and its timeline."""
+    and anomaly scores of both groups (and of the outcome guard), and its timeline."""
 
     profile: str
     previous: str
@@ -193,6 +193,8 @@ class ProfileCanaryStatus:
     fraction: float
     samples: CanarySamples
     scores: CanaryGroups
+    outcome_samples: Annotated[CanarySamples, {"description": "outcomes against SLA counted (the guard)"}]
+    outcome_scores: CanaryGroups
     events: list[CanaryEvent]
     failure: Annotated[str, {"description": "why the controller stopped early, if it did"}]
 
@@ -206,6 +208,8 @@ class ProfileCanaryStatus:
             fraction=d["fraction"],
             samples=CanarySamples(**d["samples"]),
             scores=CanaryGroups(**d["scores"]),
+            outcome_samples=CanarySamples(**d["outcome_samples"]),
+            outcome_scores=CanaryGroups(**d["outcome_scores"]),
             events=[CanaryEvent(**e) for e in d["events"]],
             failure=d["failure"],
         )
@@ -220,4 +224,4 @@ class SchedulingProfile:
     name: str
     profile: dict[str, Any]
     canary: str | None
-    origin: str
+    origin: Annotated[str, one_of(("started", "promoted"))]

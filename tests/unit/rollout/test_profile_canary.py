@@ -202,6 +202,39 @@ async def test_a_candidate_that_places_as_well_is_promoted_and_placed_by_after(t
         await store.close()
 
 
+async def test_a_candidate_that_places_at_once_but_badly_is_reverted_by_the_outcome_guard(
+    tmp_path: Path,
+) -> None:
+    # Both profiles place at once, so placement delays say nothing; the candidate's workloads then
+    # run three times over their SLA (as where it packs them onto a slow node), the others within.
+    store, placer, placing = await _round(tmp_path)
+    try:
+        now = [0.0]
+        canary = _canary("default", placer, store, now)
+        placing.placed_listeners.append(canary.observe_placed)
+        await canary.tick()
+        for step in range(80):
+            now[0] = step * 0.5
+            ids = await _add(store, placing, 2)
+            await placing.place_pending()
+            for workload_id in ids:
+                bad = placer.profile_of(workload_id) == "default"
+                canary.observe_outcome("n1", 3.0 if bad else 0.5, workload_id)
+            await canary.tick()
+            if canary.state != "canary":
+                break
+        assert canary.state == "rolled_back", canary.describe()
+        assert now[0] < 20.0  # within the first step's dwell
+        described = canary.describe()
+        assert described["events"][-1]["reason"].startswith("outcomes against SLA: canary score")
+        assert described["outcome_scores"]["canary"] > 1.0 >= described["outcome_scores"]["control"]
+        assert described["scores"]["canary"] <= 1.0  # not the placement delays
+        canary.observe_outcome("n1", 3.0, uuid.uuid4().hex)  # a workload it never placed: no sample
+        assert sum(described["outcome_samples"].values()) == sum(canary.outcomes.samples.values())
+    finally:
+        await store.close()
+
+
 async def test_a_waiting_workload_no_round_asks_about_any_more_is_not_sampled(tmp_path: Path) -> None:
     # A cancelled workload is no longer Pending: the rounds stop asking for its profile, and its
     # age must not count as a placement that never comes.

@@ -241,6 +241,8 @@ async def _samples() -> dict[type, list[Any]]:
                 "previous": "edgeplane",
                 **controller.describe(),
                 "scores": {"canary": 0.5, "control": 0.0},
+                "outcome_samples": {"canary": 3, "control": 4},
+                "outcome_scores": {"canary": 1.5, "control": 0.0},
                 "failure": "",
             }
         ),
