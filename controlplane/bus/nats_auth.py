@@ -82,6 +82,10 @@ class ClusterRoutes:
     listen: tuple[str, int]
     routes: tuple[tuple[str, int], ...]
     leafnodes: tuple[str, int] | None = None
+    # Tell leaf nodes this server's leaf address (they reconnect to any server they were told
+    # of); off where the leaves reach the hub side through something in between (a load
+    # balancer, a relay), whose address is the only one they should use.
+    advertise_leafnodes: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +242,8 @@ def render_server_config(
         if cluster.leafnodes is not None:
             lines.append("leafnodes {")
             lines.append(f"  listen: {json.dumps(_address(cluster.leafnodes))}")
+            if not cluster.advertise_leafnodes:
+                lines.append("  no_advertise: true")
             lines.append("}")
     if tls is not None:
         lines.append("tls {")

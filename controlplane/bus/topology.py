@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgeplane_contract.credentials import ensure_seed, public_key_of, write_private
@@ -55,6 +55,9 @@ class LeafSite:
     cluster: str
     server: NatsServer
     seed: str
+    # Where its leaf connection goes, where not to the hub-side servers' leaf ports themselves
+    # (a relay between them: a WAN link, or a test's link that it cuts).
+    remotes: tuple[tuple[str, int], ...] = ()
 
 
 class TopologyAuthority(NatsAuthority):
@@ -126,7 +129,7 @@ class TopologyAuthority(NatsAuthority):
                 site_seed=leaf.seed,
                 nodes=[n for n in identities if n.cluster == site.cluster],
                 listen=(leaf.server.host, leaf.server.port),
-                remotes=remotes,
+                remotes=list(leaf.remotes) or remotes,
             )
             out[leaf.server.config_file] = (text, leaf.server)
         return out
@@ -230,6 +233,22 @@ class LocalTopology:
 
     def site(self, cluster: str) -> NatsServer:
         return self.authority.leaves[cluster].server
+
+    @property
+    def leaf_listeners(self) -> list[tuple[str, int]]:
+        """The hub-side servers' leaf ports, where the sites' leaf connections go."""
+        return [c.routes.leafnodes for c in self.authority.core if c.routes.leafnodes is not None]
+
+    def route_site(self, cluster: str, remotes: Sequence[tuple[str, int]]) -> None:
+        """Send ``cluster``'s leaf connection to ``remotes`` (relays to :attr:`leaf_listeners`)
+        instead; before :meth:`start`."""
+        leaf = self.authority.leaves[cluster]
+        self.authority.leaves[cluster] = replace(leaf, remotes=tuple(remotes))
+        # The hub side must not tell the leaves its own leaf ports: they would reconnect there,
+        # around the relay.
+        self.authority.core = [
+            replace(c, routes=replace(c.routes, advertise_leafnodes=False)) for c in self.authority.core
+        ]
 
     def start(self, nodes: Iterable[EnrolledNode] = ()) -> LocalTopology:
         self.authority.write(nodes)

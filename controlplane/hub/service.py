@@ -791,6 +791,7 @@ class Hub:
             scan.expired = await self._still_silent(scan.expired, hearing)
             now = asyncio.get_running_loop().time()
         partitioned = self._note_partitions(scan.expired, now)
+        self._hold_as_partitioned(partitioned)
         released = [n for n in self._held_nodes() if hold_over(n, now, hearing)]
         if not scan.expired and not released:
             return
@@ -822,6 +823,22 @@ class Hub:
             if live.status == "Ready" and live.name not in silent_names:
                 self.registry.leases.arm(live)  # heard after all, or maybe on the way: watched again
         return silent
+
+    def _hold_as_partitioned(self, partitioned: set[str]) -> None:
+        """Nodes of a cluster found partitioned now that went silent a little before the others
+        (their leases expire a heartbeat apart, so the first are held by the eviction grace alone)
+        are held as the partition's nodes are: for the autonomy window, not lost after the grace."""
+        for live in self._held_nodes():
+            if live.cluster not in partitioned:
+                continue
+            hold_s = hold_for(self.federation.cluster(live.cluster), partitioned=True)
+            if hold_s is not None and hold_s > live.hold_s:
+                live.hold_s = hold_s
+                log.info(
+                    "node %s: its work is held as its cluster %s's (a partition) until it is heard "
+                    "again or the autonomy window ends",
+                    live.name, live.cluster,
+                )  # fmt: skip
 
     def _held_nodes(self) -> list[NodeLive]:
         """The nodes whose work is held now (a pass over the held ones, not the fleet)."""

@@ -16,6 +16,7 @@ from typing import Any
 import nats
 import pytest
 from harness import enrol, running_agents, running_hub, wait_for
+from link import Link
 
 from edgeplane_contract.credentials import ensure_seed, new_user_seed, public_key_of
 from edgeplane_contract.messages import Subjects
@@ -106,6 +107,127 @@ async def test_agents_behind_leaf_nodes_enrol_register_and_run_work_across_a_nat
                 )
                 assert (await api.wait_status(workload, "Succeeded", timeout=30))["node"] == "b2"
             assert public_key_of(seed_b2) in topo.site("site-b").config_file.read_text()  # type: ignore[union-attr]
+
+
+MARKED = [
+    "sh",
+    "-c",
+    'echo started >> "$OUT/$EDGEPLANE_WORKLOAD_ID"; sleep 4; echo done >> "$OUT/$EDGEPLANE_WORKLOAD_ID"',
+]
+
+
+async def test_a_site_cut_off_from_the_hub_side_keeps_its_work_and_reconciles_when_it_heals(
+    sqlite_url: str, tmp_path: Path, shared_dir: Path
+) -> None:
+    """Site-a's leaf connection goes through a link that is cut (its uplink down): its agents stay
+    connected to their leaf server and finish their work locally; the hub sees a partition and
+    holds that work (not Lost, not placed again); site-b is unaffected; when the link heals the
+    site's reports arrive, its work is Succeeded, what waited for it is placed there, and nothing
+    ran twice."""
+    federation = FederationConfig(
+        clusters=[
+            # A grace shorter than the cut: without the partition rule the site's work would be
+            # Lost and placed again while it still runs there.
+            ClusterConfig(name="site-a", region="r1", autonomy_window_s=120.0, eviction_grace_s=2.0),
+            ClusterConfig(name="site-b", region="r2"),
+        ],
+        default_cluster="site-a",
+    )
+    seed = ensure_seed(tmp_path / "hub.nkey")
+    topo = LocalTopology(
+        tmp_path / "nats",
+        hub_public_key=public_key_of(seed),
+        federation=federation,
+        sites=["site-a", "site-b"],
+        servers=3,
+    )
+    links = [await Link.open(address) for address in topo.leaf_listeners]
+    topo.route_site("site-a", [link.address for link in links])
+    try:
+        with topo:
+            async with running_hub(
+                topo.hub_url,
+                sqlite_url,
+                federation,
+                nats_authority=topo.authority,
+                nats_seed=seed,
+                require_enrolment=True,
+            ) as (running, api):
+                seeds = {
+                    name: (await enrol(running, name, "site-a" if name.startswith("a") else "site-b"))[0]
+                    for name in ("a1", "a2", "a3", "b1")
+                }
+                async with (
+                    _agents(topo, tmp_path, "a1", "site-a", seeds["a1"]),
+                    _agents(topo, tmp_path, "a2", "site-a", seeds["a2"]),
+                    _agents(topo, tmp_path, "a3", "site-a", seeds["a3"]),
+                    _agents(topo, tmp_path, "b1", "site-b", seeds["b1"]),
+                ):
+                    await _cut_and_heal(api, links, shared_dir)
+    finally:
+        for link in links:
+            await link.close()
+
+
+async def _statuses(api: Any) -> dict[str, str]:
+    return {n["name"]: n["status"] for n in await api.nodes()}
+
+
+async def _cut_and_heal(api: Any, links: list[Link], shared_dir: Path) -> None:
+    await wait_for(lambda: _statuses(api), lambda s: len(s) == 4 and set(s.values()) == {"Ready"})
+    env = {"OUT": str(shared_dir)}
+    on_a = {
+        node: await api.post_workload(
+            {"name": f"on-{node}", "command": MARKED, "env": env, "affinity": {"nodes": [node]}}
+        )
+        for node in ("a1", "a2", "a3")
+    }
+    for workload_id in on_a.values():
+        await api.wait_status(workload_id, "Running", timeout=20)
+
+    for link in links:  # the site's uplink goes down
+        link.cut()
+    statuses = await wait_for(
+        lambda: _statuses(api), lambda s: all(s[n] == "NotReady" for n in ("a1", "a2", "a3")), timeout=20
+    )
+    assert statuses["b1"] == "Ready", statuses
+    # Held, as a partition's work is: not Lost, not placed anywhere else.
+    for workload_id in on_a.values():
+        held = await api.workload(workload_id)
+        assert held["status"] == "Running" and [p["status"] for p in held["placements"]] == ["Running"], held
+    # The other site is unaffected: work is placed there and runs while site-a is cut off.
+    on_b = await api.post_workload(
+        {"name": "on-b", "command": ["true"], "affinity": {"clusters": ["site-b"]}}
+    )
+    assert (await api.wait_status(on_b, "Succeeded", "Failed", timeout=20))["node"] == "b1"
+    # Work for the cut site waits for it.
+    for_a = await api.post_workload(
+        {"name": "for-a", "command": MARKED, "env": env, "affinity": {"clusters": ["site-a"]}}
+    )
+    # The site finishes its work on its own meanwhile (the markers), unheard by the hub.
+    for workload_id in on_a.values():
+        await wait_for(
+            lambda w=workload_id: _marker(shared_dir, w), lambda text: text.endswith("done\n"), timeout=20
+        )
+    assert (await api.workload(for_a))["status"] == "Pending"
+    for workload_id in on_a.values():
+        assert (await api.workload(workload_id))["status"] == "Running"
+
+    for link in links:  # healed: the leaf server reconnects, the agents' reports arrive
+        link.heal()
+    for workload_id in on_a.values():
+        done = await api.wait_status(workload_id, "Succeeded", "Failed", timeout=30)
+        assert done["status"] == "Succeeded" and len(done["placements"]) == 1, done
+    placed = await api.wait_status(for_a, "Succeeded", "Failed", timeout=30)
+    assert placed["status"] == "Succeeded" and placed["node"] in ("a1", "a2", "a3"), placed
+    await wait_for(lambda: _statuses(api), lambda s: set(s.values()) == {"Ready"}, timeout=20)
+    for workload_id in [*on_a.values(), for_a]:  # each ran once
+        assert await _marker(shared_dir, workload_id) == "started\ndone\n"
+
+
+async def _marker(shared_dir: Path, workload_id: str) -> str:
+    path = shared_dir / workload_id
+    return path.read_text() if path.exists() else ""
 
 
 async def test_a_site_cannot_speak_for_another_cluster_even_with_its_own_leaf_server(

@@ -331,6 +331,45 @@ async def test_a_partition_holds_the_silent_nodes_work_for_the_autonomy_window(n
         assert (await api.workload(other))["placements"][0]["status"] == "Lost"
 
 
+async def test_a_node_that_went_silent_just_before_its_partition_keeps_its_work_held_with_it(
+    nats_server, sqlite_url
+):
+    """Leases of a site's nodes expire a heartbeat apart when its uplink goes down: the first is
+    alone (held by the eviction grace), then the others make it a partition, and from then on the
+    first is held for the autonomy window too, not lost when its grace ends."""
+    federation = FederationConfig(
+        clusters=[
+            ClusterConfig(name="default", region="local", autonomy_window_s=60.0, eviction_grace_s=1.0)
+        ],
+        default_cluster="default",
+    )
+    async with running_hub(nats_server.url, sqlite_url, federation, lease_missed_heartbeats=400) as (
+        running,
+        api,
+    ):
+        hub = running.hub
+        for name in ("a", "b", "c", "d"):
+            assert (await hub.handle_register(name, register_message(name))).accepted
+        ids = {}
+        for name in ("a", "b", "c"):
+            ids[name] = await api.post_workload(
+                {"name": f"on-{name}", "command": ["true"], "affinity": {"nodes": [name]}}
+            )
+            placement = (await wait_for(lambda n=name: api.workload(ids[n]), _placed))["placements"][0]
+            await hub.handle_report(name, _report(name, placement, ids[name], "Running"))
+        _silence(running, "a", for_s=0.5)  # alone: 1 of 4, held by the grace (1 s)
+        await hub.reconcile_once()
+        assert hub.nodes["a"].held and hub.nodes["a"].hold_s == 1.0
+        _silence(running, "b", "c", for_s=0.0)  # then the others: 3 of 4, a partition
+        await hub.reconcile_once()
+        assert hub.nodes["a"].hold_s == 60.0
+        await asyncio.sleep(1.2)  # past a's grace
+        await hub.reconcile_once()
+        for name in ("a", "b", "c"):
+            held = await api.workload(ids[name])
+            assert held["placements"][0]["status"] == "Running", (name, held)
+
+
 async def test_a_final_report_survives_an_agent_restart_and_the_work_does_not_run_again(
     nats_server, sqlite_url, tmp_path, shared_dir
 ):
