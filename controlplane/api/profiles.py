@@ -33,13 +33,15 @@ def setup(app: web.Application, hub: Hub) -> None:
     """The routes, and the canaries' keeper for the app's lifetime (a running one stops with it)."""
     found = getattr(hub, "placer", None)  # a stand-in hub (tests of the routes alone) has none
     placer: ProfilePlacer | None = found if hasattr(found, "use_profile") else None
-    canaries = ProfileCanaries(placer, hub.store, getattr(hub, "wake", lambda: None))
+    # The placement outcomes reach a canary only while it runs (the hub skips the work of
+    # measuring them while nobody listens).
+    outcomes = getattr(hub, "placement_outcome_listeners", None)
+    canaries = ProfileCanaries(
+        placer, hub.store, getattr(hub, "wake", lambda: None), outcome_listeners=outcomes
+    )
     placing = getattr(hub, "placing", None)
     if placing is not None:
         placing.placed_listeners.append(_placed(canaries))
-    outcomes = getattr(hub, "placement_outcome_listeners", None)
-    if outcomes is not None:
-        outcomes.append(_ended(canaries))
     app[PROFILE_CANARIES] = canaries
     app.add_routes(routes)
 
@@ -66,14 +68,6 @@ def _placed(canaries: ProfileCanaries) -> Callable[[str, float], None]:
             canaries.last.observe_placed(workload_id, delay_s)
 
     return placed
-
-
-def _ended(canaries: ProfileCanaries) -> Callable[[str, float, str], None]:
-    def ended(node: str, value: float, workload_id: str) -> None:
-        if canaries.running() and canaries.last is not None:
-            canaries.last.observe_outcome(node, value, workload_id)
-
-    return ended
 
 
 @routes.get("/v1/scheduling-profiles/current")

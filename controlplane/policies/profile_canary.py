@@ -400,10 +400,19 @@ class ProfileCanary:
 class ProfileCanaries:
     """At most one profile canary at a time; the last one stays readable."""
 
-    def __init__(self, placer: ProfilePlacer | None, store: Store, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        placer: ProfilePlacer | None,
+        store: Store,
+        wake: Callable[[], None],
+        *,
+        outcome_listeners: list[Callable[[str, float, str], None]] | None = None,
+    ) -> None:
         self.placer = placer
         self.store = store
         self.wake = wake
+        # The hub's placement outcome listeners: a running canary's outcome guard is one of them.
+        self.outcome_listeners = outcome_listeners
         self.last: ProfileCanary | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -448,7 +457,12 @@ class ProfileCanaries:
             self._started.set_exception(exc)
             raise
         self._started.set_result(None)
-        await canary.run()
+        listeners = self.outcome_listeners if self.outcome_listeners is not None else []
+        listeners.append(canary.observe_outcome)
+        try:
+            await canary.run()
+        finally:
+            listeners.remove(canary.observe_outcome)
 
     async def describe(self) -> dict[str, Any]:
         """The canary of this hub, else the newest one the store kept (one that ended under an

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 
@@ -97,10 +98,12 @@ async def test_a_running_canary_outlives_its_hub_and_goes_on_from_its_step(tmp_p
 
         # The next hub (same --scheduler profile) starts: the canary goes on at its second step.
         placer = _placer()
-        canaries = ProfileCanaries(placer, store, wake=lambda: None)
+        listeners: list[Any] = []
+        canaries = ProfileCanaries(placer, store, wake=lambda: None, outcome_listeners=listeners)
         resumed = await canaries.resume()
         try:
             assert resumed is not None and resumed.row_id == row.id
+            assert listeners == [resumed.observe_outcome]  # its outcome guard hears the hub
             assert (resumed.state, resumed.fraction, resumed.controller.step) == ("canary", 1.0, 1)
             assert [e["kind"] for e in resumed.describe()["events"]] == ["start", "step"]
             assert resumed.controller.samples == {"canary": 0, "control": 0}  # judged afresh
@@ -111,6 +114,7 @@ async def test_a_running_canary_outlives_its_hub_and_goes_on_from_its_step(tmp_p
         finally:
             await canaries.stop()
         assert placer.profile_for is None  # a stopped hub leaves no workload with the candidate
+        assert listeners == []  # nor a listener: the hub measures no outcome for nobody
     finally:
         await store.close()
 
