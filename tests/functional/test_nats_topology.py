@@ -4,6 +4,7 @@ server, a real hub and real agents, with nkeys and permissions throughout (contr
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import stat
@@ -16,7 +17,6 @@ from typing import Any
 import nats
 import pytest
 from harness import enrol, running_agents, running_hub, wait_for
-from link import Link
 
 from edgeplane_contract.credentials import ensure_seed, new_user_seed, public_key_of
 from edgeplane_contract.messages import Subjects
@@ -25,6 +25,14 @@ from controlplane.bus.nats_auth import agent_inbox_prefix
 from controlplane.bus.topology import LocalTopology
 from controlplane.federation.config import ClusterConfig, FederationConfig
 from controlplane.natsd import find_nats_server
+
+# The link a test cuts between a site and the hub side, shared with bench/failover.py.
+_LINK = Path(__file__).resolve().parents[2] / "bench" / "link.py"
+_spec = importlib.util.spec_from_file_location("bench_link", _LINK)
+assert _spec is not None and _spec.loader is not None
+_link = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_link)
+Link = _link.Link
 
 FEDERATION = FederationConfig(
     clusters=[ClusterConfig(name="site-a", region="r1"), ClusterConfig(name="site-b", region="r2")],
@@ -173,7 +181,7 @@ async def _statuses(api: Any) -> dict[str, str]:
     return {n["name"]: n["status"] for n in await api.nodes()}
 
 
-async def _cut_and_heal(api: Any, links: list[Link], shared_dir: Path) -> None:
+async def _cut_and_heal(api: Any, links: list[Any], shared_dir: Path) -> None:
     await wait_for(lambda: _statuses(api), lambda s: len(s) == 4 and set(s.values()) == {"Ready"})
     env = {"OUT": str(shared_dir)}
     on_a = {

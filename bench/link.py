@@ -1,4 +1,4 @@
-"""A TCP link that a test can cut and heal: a relay on a loopback port that forwards each
+"""A TCP link that a test or a bench can cut and heal: a relay on a loopback port that forwards each
 connection to one address. ``cut()`` drops every connection through it and refuses new ones (as a
 WAN link that goes down: the far end sees its connection reset and its reconnects fail);
 ``heal()`` lets them through again."""
