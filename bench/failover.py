@@ -9,7 +9,13 @@ given several addresses does) while it hits the leader once:
 
 - ``kill``: ``kill -9`` the leading hub;
 - ``stall``: ``SIGSTOP`` the leading hub for the lease and 10 s more, then ``SIGCONT`` (it must
-  find that it no longer leads, write nothing and stop).
+  find that it no longer leads, write nothing and stop);
+- ``leaf-cut``: the NATS side is the production layout instead of one server: a 3-server
+  hub-side cluster and two sites, each behind its own leaf server, ``--site-agents`` agents per
+  site enrolled with their own nkeys (``bench/link.py`` relays site-a's leaf connection); the
+  hit cuts that link for ``--cut-s`` seconds, then heals it. Site-a's agents keep their work and
+  finish it on their own, the hub holds it as a partition (no leader changes), new work goes to
+  site-b meanwhile, and when the link heals site-a's reports arrive.
 
 It measures the time from the hit until another replica's ``/readyz`` says it leads
 (``new_leader_s``), every API answer the load got from the replicas that were up (``api_errors``:
@@ -23,8 +29,10 @@ what was lost, what ran twice and what overlapped.
 writes ``{"failovers": [{"kind", "new_leader_s", "api_errors", "api_unavailable", "refused",
 "lost", "duplicated", "overlapping", "hung", ...}]}``. The floor printed beside ``new_leader_s``
 is the configured lease (a stalled leader cannot be replaced sooner) and, for a kill, the
-standby's lock poll (1 s). Not measured here: cutting a site's leaf connection (the topology test
-in ``tests/functional/test_nats_topology.py`` covers a site's reach, not a failover).
+standby's lock poll (1 s). For ``leaf-cut`` it also writes ``site_a_not_ready_s`` (from the cut
+until the hub shows every site-a node NotReady), ``ready_again_s`` (from the heal until every
+node is Ready), ``site_a_ended_during_cut`` (site-a work that ended while cut off, by its
+markers) and ``placed_on_site_b_during_cut``.
 Needs a PostgreSQL server (``--database-url``, default 127.0.0.1:5432, trust auth).
 """
 
@@ -41,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +68,14 @@ from chaos import (
 
 from controlplane.natsd import NatsServer, free_port
 
-SCENARIOS = ("kill", "stall")
+SCENARIOS = ("kill", "stall", "leaf-cut")
 HUBS = 3
+SITES = ("site-a", "site-b")  # leaf-cut: site-a's link is cut
+FEDERATION = (
+    "version: 1\ndefault_cluster: site-a\nclusters:\n"
+    "  - {name: site-a, region: r1, autonomy_window_s: 300}\n"
+    "  - {name: site-b, region: r2}\n"
+)
 
 
 class Replicas:
@@ -115,9 +130,28 @@ class Replicas:
             self.errors.append(f"{status} {where}: {str(body)[:200]}")
 
 
+@dataclass(frozen=True, slots=True)
+class Enrolled:
+    """An agent's credential as the topology renders it (``bus.authority.EnrolledNode``)."""
+
+    node: str
+    cluster: str
+    public_key: str
+
+
 class Fleet:
+    """Three hubs on one database, the agents, and NATS: one server, or (``site_agents``) the
+    hub-side cluster with a leaf server per site and ``site_agents`` enrolled agents per site."""
+
     def __init__(
-        self, root: Path, database_url: str, agents: int, lease_s: float, run_as: str | None
+        self,
+        root: Path,
+        database_url: str,
+        agents: int,
+        lease_s: float,
+        run_as: str | None,
+        *,
+        site_agents: int = 0,
     ) -> None:
         self.root = root
         self.database_url = database_url
@@ -126,14 +160,68 @@ class Fleet:
         self.nats_port = free_port()
         self.ports = [free_port() for _ in range(HUBS)]
         self.hubs: list[subprocess.Popen[bytes] | None] = [None] * HUBS
-        self.agents = [f"f{i + 1}" for i in range(agents)]
+        self.sites = site_agents > 0
+        if self.sites:
+            self.agents = [f"{site[-1]}{i + 1}" for site in SITES for i in range(site_agents)]
+        else:
+            self.agents = [f"f{i + 1}" for i in range(agents)]
         self.agent_procs: list[subprocess.Popen[bytes]] = []
         self.nats: NatsServer | None = None
+        self.topology: Any = None  # LocalTopology, for leaf-cut
+        self.links: list[Any] = []  # bench/link.py's Link per hub-side server, site-a's
         self.log = open(root / "fleet.log", "ab")
 
     @property
     def nats_url(self) -> str:
+        if self.topology is not None:
+            return str(self.topology.hub_url)
         return f"nats://127.0.0.1:{self.nats_port}"
+
+    async def enrol_sites(self) -> None:
+        """Leaf-cut: the topology (site-a's leaf connection through links), and every agent
+        enrolled as an operator does offline (``agent-credentials create``): its seed, its
+        public key in the store, its credentials file naming its site's leaf server."""
+        from link import Link
+
+        from edgeplane_contract.credentials import ensure_seed, new_user_seed, public_key_of
+        from edgeplane_contract.enrolment import AgentCredentials
+
+        from controlplane.bus.nats_auth import agent_inbox_prefix
+        from controlplane.bus.topology import LocalTopology
+        from controlplane.federation.config import load_federation
+        from controlplane.store.identities import IdentityStore
+        from controlplane.store.store import Store
+
+        (self.root / "federation.yaml").write_text(FEDERATION, encoding="utf-8")
+        federation = load_federation(self.root / "federation.yaml")
+        hub_seed = ensure_seed(self.root / "hub.nkey")
+        self.topology = LocalTopology(
+            self.root / "nats", hub_public_key=public_key_of(hub_seed), federation=federation, sites=SITES
+        )
+        self.links = [await Link.open(address) for address in self.topology.leaf_listeners]
+        self.topology.route_site("site-a", [link.address for link in self.links])
+        store = await Store.open(self.database_url)  # migrates the fresh database
+        enrolled = []
+        try:
+            identities = IdentityStore(store)
+            for name in self.agents:
+                cluster = f"site-{name[0]}"
+                seed = new_user_seed()
+                token = await identities.create_join_token(cluster, 60.0)
+                await identities.redeem_join_token(token.token, node=name, public_key=public_key_of(seed))
+                AgentCredentials(
+                    node=name,
+                    cluster=cluster,
+                    seed=seed,
+                    nats_url=self.topology.site(cluster).url,
+                    subject_prefix=federation.cluster(cluster).subject_prefix,
+                    inbox_prefix=agent_inbox_prefix(cluster, name),
+                    hub_public_key=public_key_of(hub_seed),
+                ).save(self.root / f"{name}.creds")
+                enrolled.append(Enrolled(name, cluster, public_key_of(seed)))
+        finally:
+            await store.close()
+        self.topology.start(enrolled)
 
     def url(self, i: int) -> str:
         return f"http://127.0.0.1:{self.ports[i]}"
@@ -143,7 +231,8 @@ class Fleet:
 
         # Replicas share one key for the env values sealed at rest (docs/operations.md).
         load_env_cipher(self.root / "secrets.key")
-        self.nats = NatsServer(port=self.nats_port).start()
+        if self.topology is None:
+            self.nats = NatsServer(port=self.nats_port).start()
         for i in range(HUBS):
             self.start_hub(i)
             if i == 0:  # the first leads: the others start once it does
@@ -159,10 +248,11 @@ class Fleet:
                         "-m",
                         "edge_agent.cli",
                         "run",
-                        "--nats",
-                        self.nats_url,
-                        "--name",
-                        name,
+                        *(
+                            ["--credentials", str(self.root / f"{name}.creds")]
+                            if self.sites
+                            else ["--nats", self.nats_url, "--name", name]
+                        ),
                         "--heartbeat-interval",
                         "0.5",
                         "--cpu",
@@ -188,7 +278,9 @@ class Fleet:
              str(self.ports[i]), "--data-dir", str(self.root / f"h{i + 1}"), "--rate-limit", "0",
              "--database-url", self.database_url, "--hub-lease-s", str(self.lease_s),
              "--advertise-url", self.url(i), "--secrets-key", str(self.root / "secrets.key"),
-             "--log-level", "INFO", "--nats-connect-timeout", "60"],
+             "--log-level", "INFO", "--nats-connect-timeout", "60",
+             *(["--nats-seed", str(self.root / "hub.nkey"), "--require-enrolment",
+                "--federation", str(self.root / "federation.yaml")] if self.sites else [])],
             stdout=self.log, stderr=self.log,
         )  # fmt: skip
 
@@ -205,7 +297,13 @@ class Fleet:
                     process.kill()
         if self.nats is not None:
             self.nats.stop()
+        if self.topology is not None:
+            self.topology.stop()
         self.log.close()
+
+    async def close_links(self) -> None:
+        for link in self.links:
+            await link.close()
 
 
 def with_cont(process: subprocess.Popen[bytes]) -> None:
@@ -265,13 +363,18 @@ async def run_scenario(kind: str, args: argparse.Namespace, rng: random.Random) 
     os.chmod(root, 0o755)
     os.chmod(markers, 0o777)  # the agents run user code as an unprivileged user
     url, name = await _fresh_database(args.database_url)
-    fleet = Fleet(root, url, args.agents, args.hub_lease_s, _run_as())
+    site_agents = args.site_agents if kind == "leaf-cut" else 0
+    fleet = Fleet(root, url, args.agents, args.hub_lease_s, _run_as(), site_agents=site_agents)
     workloads: list[str] = []
+    created_at: dict[str, float] = {}
+    nodes_of: dict[str, str] = {}
     invocations: list[Invocation] = []
     final: dict[str, str] = {}
     result: dict[str, Any] = {"kind": kind}
     try:
-        fleet.start()
+        if fleet.sites:
+            await fleet.enrol_sites()
+        await asyncio.to_thread(fleet.start)  # the links relay on this loop meanwhile
         token = (root / "h1" / "admin.token").read_text().strip()
         replicas = Replicas([fleet.url(i) for i in range(HUBS)])
         async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session:
@@ -326,6 +429,7 @@ async def run_scenario(kind: str, args: argparse.Namespace, rng: random.Random) 
                         "POST", "/v1/workloads", 120, json=body, headers={"Idempotency-Key": f"fo-{kind}-{i}"}
                     )
                     workloads.append(created["id"])
+                    created_at[created["id"]] = time.time()
                     await asyncio.sleep(args.load_s / max(1, args.workloads))
 
             async def invoke(invocation: Invocation, body: dict[str, Any]) -> None:
@@ -370,7 +474,47 @@ async def run_scenario(kind: str, args: argparse.Namespace, rng: random.Random) 
                     calls.append(asyncio.create_task(invoke(invocation, body)))
                     await asyncio.sleep(args.load_s / max(1, args.invocations))
 
+            async def statuses() -> dict[str, str]:
+                try:
+                    status, body = await replicas.call(session, "GET", "/v1/nodes")
+                    return {n["name"]: n["status"] for n in body["items"]} if status == 200 else {}
+                except (ConnectionError, KeyError, TypeError):
+                    return {}
+
+            async def cut_site() -> None:
+                """Site-a's leaf connection down for ``--cut-s``, then up again."""
+                await asyncio.sleep(args.load_s / 3)
+                site_a = [n for n in fleet.agents if n.startswith("a")]
+                result["cut_at"], began = time.time(), time.monotonic()
+                for link in fleet.links:
+                    link.cut()
+                print(f"  cut site-a's leaf connection for {args.cut_s:.0f} s", flush=True)
+                result["site_a_not_ready_s"] = None
+                while time.monotonic() - began < args.cut_s:
+                    now = await statuses()
+                    if all(now.get(n) == "NotReady" for n in site_a):
+                        result["site_a_not_ready_s"] = round(time.monotonic() - began, 2)
+                        break
+                    await asyncio.sleep(0.2)
+                print(f"  site-a NotReady on the hub after {result['site_a_not_ready_s']} s", flush=True)
+                await asyncio.sleep(max(0.0, args.cut_s - (time.monotonic() - began)))
+                for link in fleet.links:
+                    link.heal()
+                result["healed_at"], healed = time.time(), time.monotonic()
+                result["ready_again_s"] = None
+                while time.monotonic() - healed < 120:
+                    now = await statuses()
+                    if len(now) == len(fleet.agents) and set(now.values()) == {"Ready"}:
+                        result["ready_again_s"] = round(time.monotonic() - healed, 2)
+                        break
+                    await asyncio.sleep(0.2)
+                print(f"  healed; every node Ready after {result['ready_again_s']} s", flush=True)
+                result["new_leader_s"], result["new_leader"] = None, None  # no hub was hit
+
             async def hit() -> None:
+                if kind == "leaf-cut":
+                    await cut_site()
+                    return
                 await asyncio.sleep(args.load_s / 3)
                 leader = await _leader(session, fleet)
                 assert leader is not None, "no leader before the hit"
@@ -412,6 +556,7 @@ async def run_scenario(kind: str, args: argparse.Namespace, rng: random.Random) 
                             status, body = await replicas.call(session, "GET", f"/v1/workloads/{workload_id}")
                             if status == 200:
                                 final[workload_id] = body["status"]
+                                nodes_of[workload_id] = body.get("node") or ""
                         except (ConnectionError, KeyError, TypeError):
                             pass
                 if all(final.get(w) in FINAL for w in workloads):
@@ -425,12 +570,43 @@ async def run_scenario(kind: str, args: argparse.Namespace, rng: random.Random) 
         result["error_samples"] = replicas.errors[:5]
         result["workloads"] = counted_w
         result["invocations"] = {k: v for k, v in counted_i.items() if k != "failures"}
+        if kind == "leaf-cut" and "healed_at" in result:
+            result.update(_site_figures(markers, workloads, nodes_of, created_at, result))
         return result
     finally:
         fleet.stop()
+        await fleet.close_links()
         await _drop_database(args.database_url, name)
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _site_figures(
+    markers: Path,
+    workloads: list[str],
+    nodes_of: dict[str, str],
+    created_at: dict[str, float],
+    result: dict[str, Any],
+) -> dict[str, Any]:
+    """Leaf-cut: site-a work that ended while its site was cut off (its end marker's time), and
+    work created during the cut that ran on site-b."""
+    cut, healed = result["cut_at"], result["healed_at"]
+    ended_during = 0
+    for workload_id in workloads:
+        if not nodes_of.get(workload_id, "").startswith("a"):
+            continue
+        path = markers / workload_id
+        lines = path.read_text().splitlines() if path.exists() else []
+        ends = [float(f[2]) for f in (line.split() for line in lines) if len(f) == 3 and f[0] == "end"]
+        ended_during += any(cut <= t <= healed for t in ends)
+    during = [w for w in workloads if cut <= created_at.get(w, 0.0) <= healed]
+    return {
+        "site_a_ended_during_cut": ended_during,
+        "created_during_cut": len(during),
+        "placed_on_site_b_during_cut": sum(nodes_of.get(w, "").startswith("b") for w in during),
+        "ran_on_site_a": sum(nodes_of.get(w, "").startswith("a") for w in workloads),
+        "ran_on_site_b": sum(nodes_of.get(w, "").startswith("b") for w in workloads),
+    }
 
 
 def _table(failovers: list[dict[str, Any]], lease_s: float) -> str:
@@ -438,12 +614,21 @@ def _table(failovers: list[dict[str, Any]], lease_s: float) -> str:
             f"{'accepted':>8} {'lost':>4} {'twice':>5} {'overlap':>7} {'hung':>4}")  # fmt: skip
     rows = [head, "-" * len(head)]
     for f in failovers:
-        floor = 1.0 if f["kind"] == "kill" else lease_s
+        floor = {"kill": "1.0", "stall": f"{lease_s:.1f}"}.get(f["kind"], "-")
         rows.append(
-            f"{f['kind']:<6} {f['new_leader_s']!s:>12} {floor:>7.1f} {f['api_errors']:>7} "
+            f"{f['kind']:<6} {f['new_leader_s']!s:>12} {floor:>7} {f['api_errors']:>7} "
             f"{f['api_unavailable']:>6} {f['refused']:>7} {f['accepted']:>8} {f['lost']:>4} "
             f"{f['duplicated']:>5} {f['overlapping']:>7} {f['hung']:>4}"
         )
+    for f in failovers:
+        if f["kind"] == "leaf-cut" and "site_a_ended_during_cut" in f:
+            rows.append(
+                f"leaf-cut: site-a NotReady on the hub {f['site_a_not_ready_s']} s after the cut, every "
+                f"node Ready {f['ready_again_s']} s after the heal; site-a work ended while cut off "
+                f"{f['site_a_ended_during_cut']}; created during the cut {f['created_during_cut']}, "
+                f"on site-b {f['placed_on_site_b_during_cut']}; ran on site-a / site-b "
+                f"{f['ran_on_site_a']} / {f['ran_on_site_b']}"
+            )
     return "\n".join(rows)
 
 
@@ -458,6 +643,8 @@ def main() -> int:
     parser.add_argument("--load-s", type=float, default=45.0, help="how long the load goes on")
     parser.add_argument("--settle-s", type=float, default=120.0, help="how long to wait for every workload")
     parser.add_argument("--hub-lease-s", type=float, default=15.0, help="the hubs' --hub-lease-s")
+    parser.add_argument("--site-agents", type=int, default=3, help="leaf-cut: agents per site (3+)")
+    parser.add_argument("--cut-s", type=float, default=20.0, help="leaf-cut: how long the link is down")
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--keep", action="store_true", help="keep each scenario's directory")
