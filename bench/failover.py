@@ -24,7 +24,8 @@ while no leader exists; ``refused``: connections the hit replica refused or drop
 client took elsewhere), and, from the markers the work wrote (``bench/chaos.py``'s counting),
 what was lost, what ran twice and what overlapped.
 
-    python bench/failover.py [--agents 2] [--scenarios kill,stall] [--hub-lease-s 15] [--json F]
+    python bench/failover.py [--agents 2] [--scenarios kill,stall,leaf-cut] [--hub-lease-s 15]
+        [--site-agents 3] [--cut-s 20] [--json F]
 
 writes ``{"failovers": [{"kind", "new_leader_s", "api_errors", "api_unavailable", "refused",
 "lost", "duplicated", "overlapping", "hung", ...}]}``. The floor printed beside ``new_leader_s``
@@ -636,7 +637,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", type=int, default=2)
     parser.add_argument(
-        "--scenarios", default="kill,stall", help=f"comma-separated, from {', '.join(SCENARIOS)}"
+        "--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, from {', '.join(SCENARIOS)}"
     )
     parser.add_argument("--workloads", type=int, default=30, help="marker-writing workloads per scenario")
     parser.add_argument("--invocations", type=int, default=30, help="invocations per scenario (half async)")
