@@ -36,6 +36,7 @@ from controlplane.policies.metrics import PolicyCollector
 from controlplane.policies.registry import PolicyRegistry
 from controlplane.policies.upload import CANARY, POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD, PolicyRollout
 from controlplane.rollout.controller import rollout_config
+from controlplane.store import queries
 from controlplane.store.models import PolicyRow
 
 __all__ = ["POLICIES", "POLICY_DISTRIBUTOR", "routes", "setup"]
@@ -133,7 +134,7 @@ async def rollout_policy(request: web.Request) -> web.Response:
     version = _version(request)
     target = POLICY_ROLLOUT.parse(await json_body(request))
     _can_sign(request)
-    nodes = _targets(request.app[HUB], target)
+    nodes = await _targets(request.app[HUB], target)
     changed = await request.app[POLICIES].assign(version, nodes, by=_who(request))
     request.app[POLICY_DISTRIBUTOR].wake()
     return web.json_response(to_json(PolicyRolloutResult(version=version, nodes=nodes, changed=changed)))
@@ -176,9 +177,20 @@ async def get_canary(request: web.Request) -> web.Response:
     return web.json_response(to_json(CanaryStatus.of(described)))
 
 
-def _targets(hub: Hub, target: PolicyRollout) -> list[str]:
+async def _targets(hub: Hub, target: PolicyRollout) -> list[str]:
     """The node names a rollout names, every one known to the hub (ValidationError otherwise)."""
     known = hub.nodes
+    if target.labels:
+        async with hub.store.session() as session:
+            labelled = await queries.node_labels(session)
+        wanted = target.labels.items()
+        matched = sorted(
+            name for name, labels in labelled.items() if name in known and wanted <= labels.items()
+        )
+        if not matched:
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(target.labels.items()))
+            raise ValidationError(f"no node known to the hub has the labels {shown}", field="labels")
+        return matched
     if target.nodes:
         for name in target.nodes:
             if name not in known:

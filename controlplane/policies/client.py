@@ -58,6 +58,9 @@ def configure_client(sub: Any) -> None:
     target = rollout.add_mutually_exclusive_group(required=True)
     target.add_argument("--nodes", metavar="A,B", help="these nodes")
     target.add_argument("--clusters", metavar="C,D", help="every node of these clusters")
+    target.add_argument(
+        "--labels", metavar="K=V,..", help="every node that has all these labels (as it registered them)"
+    )
     target.add_argument("--percent", type=int, metavar="P", help="this share of all nodes (1-100)")
     add_client_arguments(rollout)
     promote = sub.add_parser("promote", help="make a version the fleet's")
@@ -191,12 +194,25 @@ def rollout(client: HubClient, args: argparse.Namespace) -> int:
         body: dict[str, Any] = {"nodes": _names(args.nodes)}
     elif args.clusters:
         body = {"clusters": _names(args.clusters)}
+    elif args.labels:
+        body = {"labels": _labels(args.labels)}
     else:
         body = {"percent": args.percent}
     result = client.call("POST", _path(args.version, "rollout"), body).body
     nodes = ", ".join(result["nodes"]) or "no node"
     print(f"policy v{result['version']} rolled out to {nodes} ({len(result['changed'])} changed)")
     return 0
+
+
+def _labels(text: str) -> dict[str, str]:
+    """``k=v,k2=v2`` as a mapping; a pair without ``=`` is an error naming the flag."""
+    labels: dict[str, str] = {}
+    for pair in (p.strip() for p in text.split(",") if p.strip()):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"controlplane policy rollout: --labels: {pair!r} is not NAME=VALUE")
+        labels[key.strip()] = value.strip()
+    return labels
 
 
 def promote(client: HubClient, args: argparse.Namespace) -> int:

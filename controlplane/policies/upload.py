@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controlplane.errors import ValidationError
-from controlplane.schema import Custom, Field, Integer, Model, Number, StringList
+from controlplane.schema import Custom, Field, Integer, Model, Number, StringList, StringMap
 
 __all__ = [
     "CANARY",
@@ -105,18 +105,22 @@ POLICY_UPLOAD: Model[PolicyUpload] = Model(
 
 @dataclass(frozen=True, slots=True)
 class PolicyRollout:
-    """Which nodes run a version as a canary: named ``nodes``, every node of ``clusters``, or a
-    stable ``percent`` of all nodes (by a hash of the name: the same nodes each time)."""
+    """Which nodes run a version as a canary: named ``nodes``, every node of ``clusters``, every
+    node with all of ``labels`` (as it registered them), or a stable ``percent`` of all nodes (by
+    a hash of the name: the same nodes each time)."""
 
     nodes: list[str] = field(default_factory=list)
     clusters: list[str] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
     percent: int | None = None
 
 
 def _one_target(values: Any, where: str) -> None:
-    given = [k for k in ("nodes", "clusters", "percent") if values.get(k) not in (None, [])]
+    given = [k for k in ("nodes", "clusters", "labels", "percent") if values.get(k) not in (None, [], {})]
     if len(given) != 1:
-        raise ValidationError("give exactly one of nodes, clusters or percent", field=where or "<body>")
+        raise ValidationError(
+            "give exactly one of nodes, clusters, labels or percent", field=where or "<body>"
+        )
 
 
 POLICY_ROLLOUT: Model[PolicyRollout] = Model(
@@ -125,6 +129,7 @@ POLICY_ROLLOUT: Model[PolicyRollout] = Model(
     (
         Field("nodes", StringList(), description="these nodes"),
         Field("clusters", StringList(), description="every node of these clusters"),
+        Field("labels", StringMap(), description="every node that has all these labels (name: value)"),
         Field(
             "percent",
             Integer(1, 100, "must be an integer from 1 to 100"),

@@ -20,6 +20,7 @@ __all__ = [
     "active_placements_of_nodes",
     "all_nodes",
     "kept_placement_ids",
+    "node_labels",
     "nodes_named",
     "other_attempts",
     "pending_heads",
@@ -66,6 +67,12 @@ async def kept_placement_ids(s: AsyncSession, node: str) -> list[str]:
             )
         )
     )
+
+
+async def node_labels(s: AsyncSession) -> dict[str, dict[str, str]]:
+    """Every node's labels as it registered them (the labels column alone)."""
+    rows = (await s.execute(select(NodeRow.name, NodeRow.labels))).all()
+    return {name: dict(labels or {}) for name, labels in rows}
 
 
 async def nodes_named(s: AsyncSession, names: Sequence[str]) -> dict[str, NodeRow]:

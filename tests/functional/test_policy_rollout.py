@@ -50,7 +50,10 @@ async def _enrol(running: Any, name: str) -> str:
 
 @contextlib.asynccontextmanager
 async def _agents(
-    secured: SecuredNats, tmp_path: Path, seeds: dict[str, str]
+    secured: SecuredNats,
+    tmp_path: Path,
+    seeds: dict[str, str],
+    labels: dict[str, dict[str, str]] | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     async with contextlib.AsyncExitStack() as stack:
         handles = {}
@@ -63,6 +66,7 @@ async def _agents(
                     nats_seed=seed,
                     inbox_prefix=agent_inbox_prefix("default", name),
                     hub_public_key=public_key_of(secured.hub_seed),
+                    labels=(labels or {}).get(name, {}),
                 )
             )
             handles[name] = handle
@@ -75,6 +79,34 @@ async def _running_on(api: Any, version: int) -> list[str]:
 
 def _versions(handles: dict[str, Any]) -> dict[str, Any]:
     return {n: (h.agent.decider.policy_version, h.agent.policy.source) for n, h in handles.items()}
+
+
+async def test_a_version_rolls_out_to_the_nodes_with_some_labels(
+    secured: SecuredNats, sqlite_url: str, tmp_path: Path
+) -> None:
+    labels = {"e1": {"tier": "canary", "site": "x"}, "e2": {"tier": "canary"}, "e3": {"tier": "main"}}
+    async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (running, api):
+        seeds = {name: await _enrol(running, name) for name in NODES}
+        async with _agents(secured, tmp_path, seeds, labels) as handles:
+            status, _ = await api.call("POST", "/v1/policies", body(FP32, METADATA, description="fp32"))
+            assert status == 201
+            status, rollout = await api.call("POST", "/v1/policies/1/rollout", {"labels": {"tier": "canary"}})
+            assert status == 200 and rollout["nodes"] == ["e1", "e2"], rollout
+            await wait_for(lambda: _running_on(api, 1), lambda nodes: nodes == ["e1", "e2"], timeout=20)
+            assert _versions(handles)["e3"] == (None, "onnx-int8")
+            status, both = await api.call(
+                "POST", "/v1/policies/1/rollout", {"labels": {"tier": "canary", "site": "x"}}
+            )
+            assert status == 200 and both["nodes"] == ["e1"], both  # every label must match
+            status, none = await api.call("POST", "/v1/policies/1/rollout", {"labels": {"tier": "gold"}})
+            assert status == 422 and none["error"]["field"] == "labels", none
+            assert "tier=gold" in none["error"]["message"]
+            status, two = await api.call(
+                "POST", "/v1/policies/1/rollout", {"labels": {"tier": "canary"}, "percent": 50}
+            )
+            assert status == 422 and "exactly one of nodes, clusters, labels or percent" in str(two), two
+            status, bad = await api.call("POST", "/v1/policies/1/rollout", {"labels": {"tier": 1}})
+            assert status == 422 and bad["error"]["field"] == "labels", bad
 
 
 async def test_a_version_rolls_out_to_one_node_is_promoted_to_all_and_rolled_back(

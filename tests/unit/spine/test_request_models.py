@@ -167,6 +167,7 @@ CUSTOM_CASES = [
     ("PolicyUpload", {"description": "x" * 201}, False),
     ("PolicyUpload", {"min_agreement": None}, False),
     ("PolicyRollout", {"nodes": ["n1"], "percent": None}, True),
+    ("PolicyRollout", {"labels": {"tier": "canary"}, "percent": None}, True),
     ("PolicyRollback", {"reason": "x" * 201}, False),
     ("CanaryRequest", {"steps": [10, 50, 100]}, True),
     ("CanaryRequest", {"steps": []}, False),
