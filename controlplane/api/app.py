@@ -61,8 +61,8 @@ from controlplane.api.views import (
 from controlplane.bus.authority import NatsAuthority
 from controlplane.errors import NotFoundError, UnavailableError
 from controlplane.hub.service import Hub
-from controlplane.hub.spec import WorkloadSpec
 from controlplane.policies.decision_logs import ask_node
+from controlplane.specs.workload import WorkloadSpec
 from controlplane.store.identities import IdentityStore
 
 __all__ = ["HUB", "create_app"]

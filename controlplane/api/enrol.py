@@ -46,7 +46,7 @@ from controlplane.errors import (
     UnauthorizedError,
     ValidationError,
 )
-from controlplane.observe.ratelimited_log import RateLimitedLog
+from controlplane.ratelimited_log import RateLimitedLog
 from controlplane.store.identities import JoinRefused, NodeAlreadyEnrolled
 
 __all__ = ["JOIN_REQUEST_SCHEMA", "NATS_AUTHORITY", "routes", "setup"]

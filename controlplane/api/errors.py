@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from controlplane.errors import EdgeplaneError, StoreUnavailableError, error_body
-from controlplane.observe.ratelimited_log import RateLimitedLog
+from controlplane.ratelimited_log import RateLimitedLog
 from controlplane.store.availability import from_database, is_unavailable, short_reason
 
 __all__ = ["CLIENT_CLOSED_REQUEST", "ERROR_SCHEMA", "client_gone", "error_middleware", "json_error"]

@@ -13,7 +13,12 @@ from controlplane import __version__
 from controlplane.api import console, enrol, logs, params, views
 from controlplane.api.auth import required_scope
 from controlplane.api.errors import ERROR_SCHEMA
-from controlplane.hub.spec import (
+from controlplane.policies.decision_logs import DECISION_LOG_REQUEST
+from controlplane.policies.profile_canary import PROFILE_CANARY
+from controlplane.policies.upload import CANARY, POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD
+from controlplane.schema import Model
+from controlplane.serverless.spec import FUNCTION, FunctionSpec
+from controlplane.specs.workload import (
     AFFINITY,
     AFFINITY_WITHOUT_LABELS,
     ANTI_AFFINITY,
@@ -21,11 +26,6 @@ from controlplane.hub.spec import (
     WORKLOAD,
     WorkloadSpec,
 )
-from controlplane.policies.decision_logs import DECISION_LOG_REQUEST
-from controlplane.policies.profile_canary import PROFILE_CANARY
-from controlplane.policies.upload import CANARY, POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD
-from controlplane.schema import Model
-from controlplane.serverless.spec import FUNCTION, FunctionSpec
 from controlplane.typeschema import type_schema
 
 __all__ = ["PUBLIC_OPERATIONS", "openapi_document", "operation_scope"]

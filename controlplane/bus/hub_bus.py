@@ -38,10 +38,10 @@ from edgeplane_contract.messages import (
 )
 from edgeplane_contract.transport import DEFAULT_MAX_PAYLOAD, connect_nats
 
+from controlplane.bus.admission import AdmissionPace
 from controlplane.bus.nats_auth import agent_inbox_prefix
 from controlplane.federation.config import FederationConfig
-from controlplane.hub.registration import AdmissionPace
-from controlplane.observe.ratelimited_log import RateLimitedLog
+from controlplane.ratelimited_log import RateLimitedLog
 
 __all__ = ["HubBus", "MessageTooLargeError"]
 
@@ -121,7 +121,7 @@ class HubBus:
         self._register_slots: asyncio.Semaphore | None = None
         self._registering: set[asyncio.Task[None]] = set()
         # Registrations beyond REGISTER_IN_FLIGHT are told when to come back, in turns at a bounded
-        # rate (``hub.registration.AdmissionPace``); counted here.
+        # rate (``bus.admission.AdmissionPace``); counted here.
         self.admission_pace = AdmissionPace()
         self.register_deferred = 0
         # Reports taken off the subscription, waiting for the drain task's next batch.

@@ -28,9 +28,9 @@ from typing import Any
 
 from edgeplane_contract.messages import BidRequestV1, BidV1, MessageError, decode, encode
 
-from controlplane.hub.nodes import NodeDirectory
+from controlplane.fleet.nodes import NodeDirectory
 from controlplane.hub.placement import ReplicaChoice
-from controlplane.hub.spec import WorkloadSpec
+from controlplane.specs.workload import WorkloadSpec
 
 __all__ = ["BidCandidate", "BidOutcome", "BidRow", "BidSilence", "candidates_of", "run_bid_round"]
 

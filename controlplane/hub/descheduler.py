@@ -27,9 +27,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from controlplane.hub.nodes import NodeLive
+from controlplane.fleet.nodes import NodeLive
 from controlplane.hub.periodic import run_periodically
-from controlplane.hub.spec import WorkloadSpec
+from controlplane.specs.workload import WorkloadSpec
 
 __all__ = ["Descheduler", "DeschedulerSettings", "DisruptionBudget", "movable", "node_anomaly"]
 

@@ -21,9 +21,9 @@ from edgeplane_contract.aio import log_failure
 from edgeplane_contract.messages import CommandAckV1, CommandV1
 
 from controlplane.bus.hub_bus import HubBus, MessageTooLargeError
-from controlplane.hub.nodes import NodeLive
-from controlplane.hub.spec import WorkloadSpec
+from controlplane.fleet.nodes import NodeLive
 from controlplane.hub.spec_cache import SpecCache
+from controlplane.specs.workload import WorkloadSpec
 from controlplane.store import queries
 from controlplane.store.models import PlacementRow
 from controlplane.store.store import Store

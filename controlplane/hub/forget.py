@@ -23,7 +23,7 @@ from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.errors import ConflictError, NotFoundError
-from controlplane.hub.nodes import NodeLive
+from controlplane.fleet.nodes import NodeLive
 from controlplane.hub.placement import Placer
 from controlplane.hub.registry import NodeRegistry
 from controlplane.hub.workloads import PlacementBook

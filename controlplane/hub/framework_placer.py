@@ -11,7 +11,6 @@ from typing import Any
 
 from controlplane.federation.config import FederationConfig
 from controlplane.hub.placement import PlacementNode, PlacementOutcome, ReplicaChoice
-from controlplane.hub.spec import WorkloadSpec
 from controlplane.scheduling.instrument import FrameworkRecorder
 from controlplane.scheduling.interference import InterferenceEstimate, LoadProfile
 from controlplane.scheduling.model import (
@@ -23,6 +22,7 @@ from controlplane.scheduling.model import (
 )
 from controlplane.scheduling.profiles import FUNCTION_PROFILE, Profile
 from controlplane.scheduling.scheduler import Scheduler
+from controlplane.specs.workload import WorkloadSpec
 
 __all__ = ["FrameworkPlacer"]
 

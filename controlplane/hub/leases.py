@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from controlplane.federation.config import ClusterConfig
-from controlplane.hub.nodes import NodeLive
+from controlplane.fleet.nodes import NodeLive
 
 __all__ = [
     "STALL_SHARE",

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controlplane.hub.spec import WorkloadSpec
 from controlplane.scheduling.explanation import PlacementExplanation
 from controlplane.scheduling.interference import InterferenceEstimate
 from controlplane.scheduling.model import Feasibility, WorkloadRequest
+from controlplane.specs.workload import WorkloadSpec
 
 __all__ = ["PlacementNode", "PlacementOutcome", "Placer", "ReplicaChoice"]
 

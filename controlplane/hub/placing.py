@@ -18,12 +18,12 @@ from controlplane.hub.bidding import BidOutcome, BidSilence, run_bid_round
 from controlplane.hub.lifecycle import missing_replicas
 from controlplane.hub.placement import PlacementOutcome, Placer, ReplicaChoice
 from controlplane.hub.registry import NodeRegistry
-from controlplane.hub.spec import WorkloadSpec
 from controlplane.hub.spec_cache import SpecCache
 from controlplane.hub.workloads import PlacementBook
 from controlplane.observe.hub import HubMetrics
 from controlplane.scheduling.explanation import BidRound
 from controlplane.scheduling.model import PLACEMENT_TERMS
+from controlplane.specs.workload import WorkloadSpec
 from controlplane.store import queries
 from controlplane.store.models import PlacementRow, WorkloadRow
 from controlplane.store.store import Store

@@ -20,8 +20,8 @@ from edgeplane_contract.messages import HeartbeatV1, RegisterV1, Telemetry, vali
 
 from controlplane.bus.hub_bus import HubBus
 from controlplane.federation.config import FederationConfig
+from controlplane.fleet.nodes import NodeLive
 from controlplane.hub.leases import LeaseClock
-from controlplane.hub.nodes import NodeLive
 from controlplane.hub.placement import PlacementNode
 from controlplane.hub.registration import (
     Capacity,

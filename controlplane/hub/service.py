@@ -35,6 +35,7 @@ from edgeplane_contract.transport import PAYLOAD_MARGIN
 
 from controlplane.bus.hub_bus import HubBus
 from controlplane.errors import NotFoundError, StoreUnavailableError, ValidationError
+from controlplane.fleet.nodes import NodeLive
 from controlplane.hub.descheduler import Descheduler
 from controlplane.hub.dispatch import AckEffect, Dispatcher, Sent
 from controlplane.hub.forget import ForgottenNode, commit_forget, forget_node
@@ -50,18 +51,17 @@ from controlplane.hub.leases import (
     scan_leases,
     stall_matters,
 )
-from controlplane.hub.nodes import NodeLive
 from controlplane.hub.placement import Placer
 from controlplane.hub.placing import PlacementRound
 from controlplane.hub.registry import NodeRegistry, placement_node
 from controlplane.hub.settings import HubSettings, SeenIds
-from controlplane.hub.spec import WorkloadSpec
 from controlplane.hub.spec_cache import SpecCache
 from controlplane.hub.stall import LoopWatch
 from controlplane.hub.workloads import PlacementBook
 from controlplane.observe.hub import HubMetrics
 from controlplane.rollout.canary import latency_vs_sla
 from controlplane.scheduling.model import Feasibility, WorkloadRequest
+from controlplane.specs.workload import WorkloadSpec
 from controlplane.store import queries
 from controlplane.store.identities import IdentityStore
 from controlplane.store.models import NodeRow, PlacementRow, WorkloadRow

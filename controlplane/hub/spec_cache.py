@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from controlplane.hub.spec import WorkloadSpec
+from controlplane.specs.workload import WorkloadSpec
 from controlplane.store.models import WorkloadRow
 
 __all__ = ["SpecCache"]

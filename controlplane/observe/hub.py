@@ -18,7 +18,7 @@ from edgeplane_contract.messages import FunctionInstance
 from controlplane import __version__
 from controlplane.bus.hub_bus import HubBus
 from controlplane.federation.config import FederationConfig
-from controlplane.hub.nodes import NodeLive
+from controlplane.fleet.nodes import NodeLive
 from controlplane.observe.functions import FunctionMetrics
 from controlplane.observe.scheduler import SchedulerMetrics
 from controlplane.scheduling.interference import InterferenceEstimate

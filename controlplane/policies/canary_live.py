@@ -34,7 +34,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.errors import ConflictError, NotFoundError
-from controlplane.hub.nodes import NodeLive
+from controlplane.fleet.nodes import NodeLive
 from controlplane.policies.registry import PolicyRegistry
 from controlplane.rollout.controller import (
     CanaryController,

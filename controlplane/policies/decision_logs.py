@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controlplane.errors import ValidationError
-from controlplane.hub.nodes import NodeDirectory
+from controlplane.fleet.nodes import NodeDirectory
 from controlplane.schema import Field, Integer, Model, Number, StringList
 
 __all__ = ["DECISION_LOG_REQUEST", "CollectedLogs", "DecisionLogRequest", "NodeLog", "ask_node", "collect"]

@@ -25,7 +25,7 @@ from edgeplane_contract.policy.bundle import metadata_bytes
 from edgeplane_contract.policy.signing import sign_policy, signed_text
 
 from controlplane.bus.hub_bus import HubBus
-from controlplane.hub.nodes import NodeLive
+from controlplane.fleet.nodes import NodeLive
 from controlplane.hub.periodic import run_periodically
 from controlplane.policies.registry import PolicyRegistry
 from controlplane.store.store import Store

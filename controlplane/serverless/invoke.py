@@ -35,7 +35,7 @@ from edgeplane_contract.transport import PAYLOAD_MARGIN
 
 from controlplane.bus.hub_bus import MessageTooLargeError
 from controlplane.errors import PayloadTooLargeError
-from controlplane.hub.nodes import FunctionHost, NodeLive
+from controlplane.fleet.nodes import FunctionHost, NodeLive
 from controlplane.serverless.estimates import Estimates, FunctionStats
 from controlplane.serverless.invoke_wire import InvokeWire
 from controlplane.serverless.outcome import InvocationOutcome, accept_result

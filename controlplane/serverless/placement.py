@@ -12,7 +12,7 @@ from collections import Counter
 
 from edgeplane_contract.messages import FunctionInstance
 
-from controlplane.hub.nodes import FunctionHost
+from controlplane.fleet.nodes import FunctionHost
 from controlplane.serverless.estimates import Estimates
 from controlplane.serverless.router import NodeOption
 from controlplane.serverless.spec import FunctionSpec

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from edgeplane_contract.messages import InvokeResultV1
 
 from controlplane.errors import EdgeplaneError
-from controlplane.hub.nodes import FunctionHost
+from controlplane.fleet.nodes import FunctionHost
 from controlplane.serverless.history import finished_row
 from controlplane.serverless.invoke import COLD_START_BUDGET_S, Invoker
 from controlplane.serverless.outcome import InvocationOutcome, accept_result

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from edgeplane_contract.transport import PAYLOAD_MARGIN
 
 from controlplane.errors import ConflictError, NotFoundError
-from controlplane.hub.nodes import FunctionHost
+from controlplane.fleet.nodes import FunctionHost
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.store.models import FunctionRow
 from controlplane.store.store import Store

@@ -11,7 +11,7 @@ import uuid
 
 from edgeplane_contract.messages import FunctionInstance, RetireAckV1, RetireV1, decode, encode
 
-from controlplane.hub.nodes import FunctionHost
+from controlplane.fleet.nodes import FunctionHost
 from controlplane.serverless.registry import FunctionRegistry
 from controlplane.serverless.warmth import Spawn
 

@@ -31,7 +31,7 @@ from typing import Any
 from edgeplane_contract.aio import log_failure, stop_task
 from edgeplane_contract.messages import FunctionCode, FunctionInstance, PrewarmAckV1
 
-from controlplane.hub.nodes import FunctionHost
+from controlplane.fleet.nodes import FunctionHost
 from controlplane.serverless.estimates import Estimates, FunctionStats
 from controlplane.serverless.history import InvocationHistory
 from controlplane.serverless.invoke import Invoker

@@ -12,7 +12,9 @@ from edgeplane_contract.messages import FunctionCode, InvokeV1, encode
 from edgeplane_contract.resources import DEFAULT_EPHEMERAL_STORAGE, MIG_PROFILES, ResourceRequest
 
 from controlplane.errors import PayloadTooLargeError, ValidationError
-from controlplane.hub.spec import (
+from controlplane.scheduling.model import WorkloadRequest
+from controlplane.schema import Choice, Custom, Field, Integer, Model, Nested, Number, Text
+from controlplane.specs.workload import (
     AFFINITY_WITHOUT_LABELS,
     CPU,
     ENV,
@@ -24,8 +26,6 @@ from controlplane.hub.spec import (
     parse_argv,
     stored,
 )
-from controlplane.scheduling.model import WorkloadRequest
-from controlplane.schema import Choice, Custom, Field, Integer, Model, Nested, Number, Text
 
 __all__ = ["FUNCTION", "FunctionSpec"]
 

@@ -28,7 +28,7 @@ from edgeplane_contract.messages import (
 )
 
 from controlplane.errors import NotFoundError
-from controlplane.hub.nodes import FunctionHost
+from controlplane.fleet.nodes import FunctionHost
 from controlplane.serverless.estimates import Estimates
 from controlplane.serverless.keepalive import Policy
 from controlplane.serverless.placement import node_options, unplaceable_reason

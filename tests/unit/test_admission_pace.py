@@ -1,11 +1,11 @@
-"""The hub's pace for a registration storm (``hub.registration.AdmissionPace``): turns spaced at
+"""The hub's pace for a registration storm (``bus.admission.AdmissionPace``): turns spaced at
 a bounded admission rate, after the ones in flight, never further than a bound."""
 
 from __future__ import annotations
 
 import pytest
 
-from controlplane.hub.registration import AdmissionPace
+from controlplane.bus.admission import AdmissionPace
 
 
 def test_turns_come_after_those_in_flight_one_slot_of_the_rate_apart() -> None:

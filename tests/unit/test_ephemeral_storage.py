@@ -13,10 +13,10 @@ from edgeplane_contract.messages import CommandV1, FunctionCode, NodeResources, 
 from edgeplane_contract.resources import DEFAULT_EPHEMERAL_STORAGE, ResourceRequest
 
 from controlplane.errors import ValidationError
-from controlplane.hub.spec import WorkloadSpec
 from controlplane.scheduling.model import NodeState, WorkloadRequest
 from controlplane.scheduling.scheduler import Scheduler
 from controlplane.serverless.spec import FunctionSpec
+from controlplane.specs.workload import WorkloadSpec
 from edge_agent.work_dir_usage import EXCEEDED, exceeded_message, free_bytes, usage_bytes
 
 MiB, GiB = 2**20, 2**30

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("controlplane", "edge_agent", "edgeplane_contract")
 
 # Import cycles (strongly connected sets of files) allowed to remain. None since issue 12 step 2
-# (the bid round and the function service take narrow views of the hub, controlplane/hub/nodes.py,
+# (the bid round and the function service take narrow views of the hub, controlplane/fleet/nodes.py,
 # instead of importing hub.service): any cycle anywhere fails the test.
 KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset()
 
@@ -284,3 +284,39 @@ def test_the_domain_packages_import_no_adapter_and_nothing_imports_the_compositi
         and not e.source.startswith(("controlplane.runtime", "controlplane.commands"))
     ]
     assert into_root == [], "only the entry points start the composition root:\n" + "\n".join(into_root)
+
+
+# Sub-packages of controlplane that import each other (each a command line reaching for the
+# other's library, lazily): every other tie between two sub-packages goes one way.
+KNOWN_TWO_WAY: frozenset[frozenset[str]] = frozenset(
+    {
+        frozenset({"learn", "sim"}),  # simulate --placement-model loads learn's chooser
+        frozenset({"policies", "policy"}),  # the policy command line's client verbs
+    }
+)
+
+
+def _package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "controlplane" and len(parts) > 2 else None
+
+
+def test_the_packages_of_the_hub_tie_one_way() -> None:
+    """hub -> serverless, hub -> observe, bus -> ...: never both ways (the views of the nodes live
+    in ``fleet``, the specs in ``specs``, below the packages that share them)."""
+    _, edges = build_graph()
+    ties: dict[tuple[str, str], Edge] = {}
+    for edge in edges:
+        source, target = _package(edge.source), _package(edge.target)
+        if source and target and source != target:
+            ties.setdefault((source, target), edge)
+    both = sorted(
+        {frozenset(pair) for pair in ties if (pair[1], pair[0]) in ties} - KNOWN_TWO_WAY, key=sorted
+    )
+    assert not both, "sub-packages that import each other:\n" + "\n".join(
+        f"  {' <-> '.join(sorted(p))}: e.g. {ties[tuple(sorted(p))]} and "
+        f"{ties[tuple(sorted(p, reverse=True))]}"
+        for p in both
+    )
+    gone = [sorted(p) for p in KNOWN_TWO_WAY if not all(pair in ties for pair in (tuple(p), tuple(p)[::-1]))]
+    assert not gone, f"ties in KNOWN_TWO_WAY go one way now; remove them: {gone}"

@@ -56,8 +56,8 @@ from controlplane.api.views.workloads import (
     Workload,
     WorkloadPage,
 )
-from controlplane.hub.spec import WorkloadSpec
 from controlplane.serverless.spec import FunctionSpec
+from controlplane.specs.workload import WorkloadSpec
 from controlplane.typeschema import type_schema
 
 __all__ = [

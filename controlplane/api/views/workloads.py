@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from controlplane.api.params import WORKLOAD_STATUSES
 from controlplane.api.views.base import DateTime, OptionalDateTime, iso, json_name, one_of
-from controlplane.hub.spec import WorkloadSpec
+from controlplane.specs.workload import WorkloadSpec
 from controlplane.store.models import PlacementRow, WorkloadRow
 from controlplane.store.store import TERMINAL_PLACEMENT
 from controlplane.typeschema import StoredAs

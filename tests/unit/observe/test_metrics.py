@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from edgeplane_contract.messages import FunctionInstance
 from edgeplane_contract.objective import RewardConfig
 
-from controlplane.hub.nodes import NodeLive
+from controlplane.fleet.nodes import NodeLive
 from controlplane.observe.hub import HubMetrics
 from controlplane.observe.scheduler import SchedulerMetrics
 from controlplane.scheduling.model import NodeState, ResourceRequest, WorkloadRequest

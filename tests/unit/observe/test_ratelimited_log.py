@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from controlplane.observe.ratelimited_log import RateLimitedLog
+from controlplane.ratelimited_log import RateLimitedLog
 
 FIRST = "refused %(kind)s from %(node)s: %(reason)s"
 SUMMARY = "refused %(count)d more %(kind)s from %(node)s in the last %(interval)s s: %(reason)s"

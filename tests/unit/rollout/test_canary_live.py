@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controlplane.hub.nodes import NodeLive
+from controlplane.fleet.nodes import NodeLive
 from controlplane.policies.canary_live import LiveCanary
 from controlplane.policies.registry import PolicyRegistry
 from controlplane.rollout.controller import RolloutConfig

@@ -19,7 +19,6 @@ from controlplane.hub.framework_placer import FrameworkPlacer
 from controlplane.hub.placement import PlacementNode
 from controlplane.hub.placing import PlacementRound
 from controlplane.hub.registry import NodeRegistry
-from controlplane.hub.spec import WorkloadSpec
 from controlplane.hub.workloads import PlacementBook
 from controlplane.observe.hub import HubMetrics
 from controlplane.policies.profile_canary import PROFILE_CANARY, ProfileCanary, workload_bucket
@@ -27,6 +26,7 @@ from controlplane.rollout.controller import RolloutConfig
 from controlplane.scheduling.model import ResourceRequest, WorkloadRequest
 from controlplane.scheduling.profiles import load_profile, parse_profile
 from controlplane.scheduling.scheduler import Scheduler
+from controlplane.specs.workload import WorkloadSpec
 from controlplane.store.db import sqlite_url
 from controlplane.store.models import EventRow, WorkloadRow
 from controlplane.store.store import Store

@@ -9,10 +9,10 @@ from edgeplane_contract.messages import FunctionInstance
 
 from controlplane.hub.framework_placer import FrameworkPlacer
 from controlplane.hub.placement import PlacementNode
-from controlplane.hub.spec import WorkloadSpec
 from controlplane.serverless.estimates import Estimates
 from controlplane.serverless.placement import node_options, unplaceable_reason
 from controlplane.serverless.spec import FunctionSpec
+from controlplane.specs.workload import WorkloadSpec
 
 SOURCE = "def handle(event, context):\n    return event\n"
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from controlplane.fleet.nodes import NodeLive
 from controlplane.hub.descheduler import (
     Descheduler,
     DeschedulerSettings,
@@ -14,8 +15,7 @@ from controlplane.hub.descheduler import (
     movable,
     node_anomaly,
 )
-from controlplane.hub.nodes import NodeLive
-from controlplane.hub.spec import WorkloadSpec
+from controlplane.specs.workload import WorkloadSpec
 
 
 def live(name: str, *, battery: float | None = None, load: float | None = None) -> NodeLive:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+from controlplane.fleet.nodes import NodeLive
 from controlplane.hub.dispatch import Dispatcher
-from controlplane.hub.nodes import NodeLive
-from controlplane.hub.spec import WorkloadSpec
+from controlplane.specs.workload import WorkloadSpec
 from controlplane.store.models import PlacementRow
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane.fleet.nodes import NodeLive
 from controlplane.hub.leases import hearing_after, scan_leases, stall_matters
-from controlplane.hub.nodes import NodeLive
 from controlplane.hub.stall import LoopWatch
 
 LEASE = 1.0

@@ -8,8 +8,8 @@ from dataclasses import asdict
 
 from edgeplane_contract.messages import GpuTelemetry, Telemetry
 
+from controlplane.fleet.nodes import NodeLive
 from controlplane.hub.leases import LeaseClock, hearing_after, scan_leases
-from controlplane.hub.nodes import NodeLive
 from controlplane.hub.registry import telemetry_dict
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from controlplane.federation.config import ClusterConfig
+from controlplane.fleet.nodes import NodeLive
 from controlplane.hub.leases import IntakeLag, hold_for, hold_over, partitions, scan_leases
-from controlplane.hub.nodes import NodeLive
 
 NOW = 1000.0
 LEASE = 3.0

@@ -14,9 +14,9 @@ from controlplane.hub.framework_placer import FrameworkPlacer
 from controlplane.hub.placement import PlacementNode, PlacementOutcome
 from controlplane.hub.placing import PlacementRound
 from controlplane.hub.registry import NodeRegistry
-from controlplane.hub.spec import WorkloadSpec
 from controlplane.hub.workloads import PlacementBook
 from controlplane.observe.hub import HubMetrics
+from controlplane.specs.workload import WorkloadSpec
 from controlplane.store.db import sqlite_url
 from controlplane.store.models import PlacementRow, WorkloadRow
 from controlplane.store.store import Store

@@ -13,12 +13,12 @@ from aiohttp.test_utils import make_mocked_request
 from controlplane.api import params
 from controlplane.api.openapi import openapi_document
 from controlplane.errors import InvocationFailedError, ValidationError, error_body
-from controlplane.hub.spec import AFFINITY, AFFINITY_WITHOUT_LABELS, ANTI_AFFINITY, RESOURCES, WORKLOAD
 from controlplane.policies.decision_logs import DECISION_LOG_REQUEST
 from controlplane.policies.profile_canary import PROFILE_CANARY
 from controlplane.policies.upload import CANARY, POLICY_ROLLBACK, POLICY_ROLLOUT, POLICY_UPLOAD
 from controlplane.schema import Choice, Integer, Model, Number, Text
 from controlplane.serverless.spec import FUNCTION
+from controlplane.specs.workload import AFFINITY, AFFINITY_WITHOUT_LABELS, ANTI_AFFINITY, RESOURCES, WORKLOAD
 
 jsonschema_rs = pytest.importorskip("jsonschema_rs")
 

@@ -16,12 +16,12 @@ from edgeplane_contract.messages import FunctionInstance as ReportedInstance
 from controlplane.api import views
 from controlplane.api.openapi import _REQUEST_MODELS, openapi_document
 from controlplane.hub.forget import ForgottenNode
-from controlplane.hub.spec import WorkloadSpec
 from controlplane.rollout.controller import CanaryController, RolloutConfig
 from controlplane.scheduling.interference import InterferenceEstimate, InterferenceEstimator, LoadProfile
 from controlplane.serverless.estimates import FunctionStats
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.serverless.window import Window
+from controlplane.specs.workload import WorkloadSpec
 from controlplane.store.models import (
     ClusterRow,
     EventRow,

@@ -7,7 +7,7 @@ import pytest
 from edgeplane_contract.resources import format_memory, parse_cpu, parse_memory
 
 from controlplane.errors import ValidationError
-from controlplane.hub.spec import WorkloadSpec
+from controlplane.specs.workload import WorkloadSpec
 
 
 @pytest.mark.parametrize(
@@ -108,8 +108,8 @@ def test_one_workload_model_from_the_api_to_the_scheduler() -> None:
     stored specs keep every field (in the order users write them) and read back equal."""
     from dataclasses import fields
 
-    from controlplane.hub.spec import _STORED_ORDER
     from controlplane.scheduling.model import PLACEMENT_TERMS
+    from controlplane.specs.workload import _STORED_ORDER
 
     spec = WorkloadSpec.parse(
         {

@@ -8,8 +8,8 @@ import pytest
 from edgeplane_contract.messages import CommandV1, encode
 
 from controlplane.errors import PayloadTooLargeError
-from controlplane.hub.spec import FIXED_COMMAND_BYTES, WorkloadSpec, json_size
 from controlplane.hub.spec_cache import SpecCache
+from controlplane.specs.workload import FIXED_COMMAND_BYTES, WorkloadSpec, json_size
 
 
 def _spec(name: str = "w", **extra: object) -> WorkloadSpec:

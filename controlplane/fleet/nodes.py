@@ -1,8 +1,9 @@
 """What the hub knows of its nodes between store writes, and the narrow views of the hub that its
 parts receive instead of the whole ``Hub`` (the bid round, the function service).
 
-A leaf of ``controlplane.hub``: it imports no other hub module, so the parts that take these
-views do not import ``hub.service`` (the composition that wires them), and nothing cycles.
+Its own package, below ``hub``, ``serverless`` and ``observe``: it imports none of them, so the
+parts that take these views do not import ``hub.service`` (the composition that wires them),
+nothing cycles, and those packages tie one way.
 """
 
 from __future__ import annotations
