@@ -88,6 +88,11 @@ def _alembic_config(connection: Connection | None = None) -> Any:
     return cfg
 
 
+# The advisory lock key that serialises migrations on PostgreSQL ("edgeplan" in ASCII): a
+# constant that no other application on the database is likely to use.
+MIGRATION_LOCK = 0x6564676570_6C616E
+
+
 async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
     """Upgrade the schema to ``revision`` (head by default); one log line when it changed
     (alembic's own step-by-step lines are at DEBUG: ``setup_logging`` quiets them)."""
@@ -95,6 +100,11 @@ async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
     from alembic.runtime.migration import MigrationContext
 
     def _upgrade(connection: Connection) -> tuple[str | None, str | None]:
+        if connection.dialect.name == "postgresql":
+            # Several hubs (or their init containers) starting at once migrate one after the
+            # other: the first upgrades, the others then find the schema at head. Held until this
+            # transaction ends.
+            connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         before = MigrationContext.configure(connection).get_current_revision()
         command.upgrade(_alembic_config(connection), revision)
         return before, MigrationContext.configure(connection).get_current_revision()

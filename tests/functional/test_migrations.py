@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from sqlalchemy import inspect, text
 
@@ -123,3 +125,18 @@ async def test_the_hub_runs_a_workload_on_postgresql(nats_server, postgres_url, 
         workload_id = await api.post_workload({"name": "on-postgres", "command": ["true"]})
         done = await api.wait_status(workload_id, "Succeeded", "Failed")
         assert (done["status"], done["node"]) == ("Succeeded", "pg1")
+
+
+@pytest.mark.postgres
+async def test_replicas_starting_at_once_migrate_one_after_the_other(postgres_url):
+    """Three hubs (or their init containers) migrating one fresh database at the same moment: the
+    first upgrades under the advisory lock, the others find the schema at head; none fails."""
+    engines = [create_engine(postgres_url) for _ in range(3)]
+    try:
+        results = await asyncio.gather(*(migrate(e) for e in engines), return_exceptions=True)
+        assert [r for r in results if isinstance(r, BaseException)] == []
+        assert await current_revision(engines[0]) == head_revision()
+        assert TABLES <= await _tables(engines[0])
+    finally:
+        for engine in engines:
+            await engine.dispose()

@@ -322,3 +322,19 @@ def test_the_schema_check_catches_a_misspelt_field() -> None:
     deployment["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGets"] = {}
     with pytest.raises(validator.ValidationError):
         validator.validate(deployment, validator.latest_version(), strict=True)
+
+
+def test_the_hub_runs_several_replicas_that_share_one_leader() -> None:
+    """Issue 24: three replicas on PostgreSQL, a lease, each reachable by the others at its own pod
+    IP (where standbys forward the API), one pod at a time in an upgrade and in a drain."""
+    objects = _hub_objects()
+    deployment = objects["Deployment"]["spec"]
+    assert deployment["replicas"] == 3
+    assert deployment["strategy"]["rollingUpdate"] == {"maxUnavailable": 1, "maxSurge": 0}
+    (hub,) = deployment["template"]["spec"]["containers"]
+    args = hub["args"]
+    assert float(args[args.index("--hub-lease-s") + 1]) > 0
+    assert args[args.index("--advertise-url") + 1] == "http://$(POD_IP):8080"
+    (pod_ip,) = [e for e in hub["env"] if e["name"] == "POD_IP"]
+    assert pod_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert objects["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
