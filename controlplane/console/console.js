@@ -448,6 +448,75 @@ function renderEvents(events) {
   );
 }
 
+// A 404 (nothing of the kind on this hub, e.g. no profile canary has run) as null.
+function orNull(error) {
+  if (error instanceof NotFound) return null;
+  throw error;
+}
+
+async function fetchRollouts() {
+  const [profile, canary, policies] = await Promise.all([
+    api("v1/scheduling-profiles/current").catch(orNull),
+    api("v1/scheduling-profiles/canary").catch(orNull),
+    api("v1/policies"),
+  ]);
+  return { profile, canary, policies: policies?.items ?? [] };
+}
+
+function scores(groups) {
+  return groups ? `${num(groups.canary)} / ${num(groups.control)}` : "–";
+}
+
+function renderRollouts({ profile, canary, policies }) {
+  const rows = [];
+  if (profile) {
+    rows.push({
+      key: "profile",
+      what: "Scheduling profile",
+      name: profile.name,
+      state: profile.origin === "promoted" ? "promoted" : "in force",
+      share: profile.canary ? `all but the canary's share (${profile.canary})` : "every new workload",
+      detail: profile.origin === "promoted" ? "promoted by a canary; kept across restarts" : "the hub's --scheduler",
+    });
+  }
+  if (canary) {
+    rows.push({
+      key: "profile-canary",
+      what: "Profile canary",
+      name: `${canary.profile} (over ${canary.previous})`,
+      state: canary.state,
+      share: percent(canary.fraction),
+      detail:
+        `scores canary / control: placement delay ${scores(canary.scores)}, ` +
+        `outcomes ${scores(canary.outcome_scores)}` +
+        (canary.events.length ? `; last: ${canary.events[canary.events.length - 1].reason}` : ""),
+    });
+  }
+  for (const p of policies) {
+    rows.push({
+      key: `policy-v${p.version}`,
+      what: "Local policy",
+      name: `v${p.version}`,
+      state: p.state,
+      share: `${p.running_on.length} node(s) run it`,
+      detail: p.description,
+    });
+  }
+  fillTable(
+    $("rollouts"),
+    [
+      ["What", (r) => r.what],
+      ["Name", (r) => r.name],
+      ["State", (r) => badge(r.state)],
+      ["Share", (r) => r.share],
+      ["Detail", (r) => r.detail],
+    ],
+    rows,
+    (r) => r.key,
+    "Nothing rolled out.",
+  );
+}
+
 async function fetchWorkloads() {
   // Newest first: the first page holds the newest.
   const page = await api(`v1/workloads?limit=${WORKLOADS_SHOWN}`);
@@ -492,11 +561,12 @@ async function refresh() {
   const s = session;
   let next = REFRESH_MS;
   try {
-    const [clusters, nodes, workloads, functions, events] = await Promise.all([
+    const [clusters, nodes, workloads, functions, rollouts, events] = await Promise.all([
       api("v1/clusters"),
       api("v1/nodes?limit=1000"),
       fetchWorkloads(),
       api("v1/functions"),
+      fetchRollouts(),
       fetchEvents(s),
     ]);
     if (s === session) {
@@ -504,6 +574,7 @@ async function refresh() {
       renderNodes(nodes);
       renderWorkloads(workloads);
       renderFunctions(functions);
+      renderRollouts(rollouts);
       renderEvents(events);
       if (selectedWorkload !== null) {
         await showPlacement(selectedWorkload).catch(closeIfGone("placement", () => (selectedWorkload = null)));

@@ -169,6 +169,12 @@ def _see_the_fleet(page: _Page, base: str, token: str, workload_id: str) -> None
     assert header[8:12] == ["CPU requested / cap", "CPU in use", "Memory requested / cap", "Memory in use"]
     assert re.fullmatch(r"\d+ %", edge_a[9]) and re.fullmatch(r"[\d.]+ [KMGT]?i?B", edge_a[11]), edge_a
 
+    # The rollouts: the profile in force and the canary of another one at its first share.
+    assert page.cells("rollouts", "profile")[:3] == ["Scheduling profile", "edgeplane", "in force"]
+    canary = page.cells("rollouts", "profile-canary")
+    assert canary[:4] == ["Profile canary", "default (over edgeplane)", "canary", "50 %"], canary
+    assert "placement delay" in canary[4] and "canary at 50%" in canary[4], canary
+
     # The workload with its status; a click shows where it went and why.
     page.wait(lambda d: "Running" in page.cells("workloads", workload_id), "the workload Running")
     page.find(f'#workloads tbody tr[data-key="{workload_id}"]').click()
@@ -248,6 +254,11 @@ async def test_the_console_shows_a_running_fleet_in_a_real_browser(
         assert status == 201
         status, _ = await api.call("POST", "/v1/functions/echo/invoke", {"hi": 1}, timeout_s=30)
         assert status == 200
+        # A scheduling profile change under way, for the rollouts table.
+        status, _ = await api.call(
+            "POST", "/v1/scheduling-profiles/canary", {"profile": "default", "steps": [50, 100], "dwell_s": 600}
+        )
+        assert status == 201
         # A read-only token is all the console needs.
         token = (await IdentityStore(running.hub.store).create_api_token("console", ["read"])).token
         page = _Page(browser)
