@@ -255,9 +255,8 @@ async def test_the_console_shows_a_running_fleet_in_a_real_browser(
         status, _ = await api.call("POST", "/v1/functions/echo/invoke", {"hi": 1}, timeout_s=30)
         assert status == 200
         # A scheduling profile change under way, for the rollouts table.
-        status, _ = await api.call(
-            "POST", "/v1/scheduling-profiles/canary", {"profile": "default", "steps": [50, 100], "dwell_s": 600}
-        )
+        canary = {"profile": "default", "steps": [50, 100], "dwell_s": 600}
+        status, _ = await api.call("POST", "/v1/scheduling-profiles/canary", canary)
         assert status == 201
         # A read-only token is all the console needs.
         token = (await IdentityStore(running.hub.store).create_api_token("console", ["read"])).token
