@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from controlplane.hub.framework_placer import FrameworkPlacer
@@ -25,6 +26,15 @@ from controlplane.scheduling.profiles import load_profile
 from controlplane.store.db import sqlite_url
 from controlplane.store.models import EventRow, ProfileCanaryRow
 from controlplane.store.store import Store
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The canary's row on both backends (JSON columns round-trip the profiles alike)."""
+    if request.param == "sqlite":
+        return sqlite_url(tmp_path / "db.sqlite3")
+    return str(request.getfixturevalue("postgres_url"))
+
 
 CONFIG = RolloutConfig(
     steps=(0.5, 1.0), dwell_s=5.0, threshold=1.0, sustain_s=2.0, min_samples=3, recent=3, baseline_floor=0.05
@@ -84,8 +94,8 @@ async def _event_kinds(store: Store) -> list[str]:
         return [row.kind for row in rows]
 
 
-async def test_a_running_canary_outlives_its_hub_and_goes_on_from_its_step(tmp_path: Path) -> None:
-    store = await Store.open(sqlite_url(tmp_path / "db.sqlite3"))
+async def test_a_running_canary_outlives_its_hub_and_goes_on_from_its_step(store_url: str) -> None:
+    store = await Store.open(store_url)
     try:
         now = [0.0]
         canary = _canary(store, _placer(), now)
@@ -120,9 +130,9 @@ async def test_a_running_canary_outlives_its_hub_and_goes_on_from_its_step(tmp_p
 
 
 async def test_an_accepted_canary_whose_hub_stopped_before_its_start_starts_at_the_next(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
-    store = await Store.open(sqlite_url(tmp_path / "db.sqlite3"))
+    store = await Store.open(store_url)
     try:
         canary = _canary(store, _placer(), [0.0])
         async with store.session() as session:
@@ -144,9 +154,9 @@ async def test_an_accepted_canary_whose_hub_stopped_before_its_start_starts_at_t
 
 
 async def test_a_promoted_profile_is_in_force_again_for_a_hub_started_with_the_same_profile(
-    tmp_path: Path,
+    store_url: str,
 ) -> None:
-    store = await Store.open(sqlite_url(tmp_path / "db.sqlite3"))
+    store = await Store.open(store_url)
     try:
         now = [0.0]
         canary = _canary(store, _placer(), now)
@@ -182,8 +192,8 @@ async def test_a_promoted_profile_is_in_force_again_for_a_hub_started_with_the_s
         await store.close()
 
 
-async def test_a_canary_compared_with_another_profile_is_rolled_back_at_the_start(tmp_path: Path) -> None:
-    store = await Store.open(sqlite_url(tmp_path / "db.sqlite3"))
+async def test_a_canary_compared_with_another_profile_is_rolled_back_at_the_start(store_url: str) -> None:
+    store = await Store.open(store_url)
     try:
         await _started(store, _canary(store, _placer("edgeplane"), [0.0]))
         placer = _placer("binpack")
@@ -200,8 +210,8 @@ async def test_a_canary_compared_with_another_profile_is_rolled_back_at_the_star
         await store.close()
 
 
-async def test_a_canary_started_through_the_keeper_is_kept_before_it_answers(tmp_path: Path) -> None:
-    store = await Store.open(sqlite_url(tmp_path / "db.sqlite3"))
+async def test_a_canary_started_through_the_keeper_is_kept_before_it_answers(store_url: str) -> None:
+    store = await Store.open(store_url)
     try:
         placer = _placer()
         canaries = ProfileCanaries(placer, store, wake=lambda: None)
