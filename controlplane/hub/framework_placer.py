@@ -47,20 +47,21 @@ class FrameworkPlacer:
         self.generation = 0
         # A profile canary's choice of profile per workload (None: the scheduler's own profile
         # for every workload); see controlplane/policies/profile_canary.py.
-        self.profile_for: Callable[[str], Profile | None] | None = None
+        # Asked with (workload id, its kind: batch, service, analytics, inference).
+        self.profile_for: Callable[[str, str], Profile | None] | None = None
 
     @property
     def current_profile(self) -> Profile:
         """The profile in force (a profile canary's candidate places only its share)."""
         return self.scheduler.profile
 
-    def _chosen(self, workload_id: str) -> Profile | None:
-        """A profile canary's choice for ``workload_id`` (None: the profile in force)."""
-        return self.profile_for(workload_id) if self.profile_for is not None else None
+    def _chosen(self, workload_id: str, kind: str = "") -> Profile | None:
+        """A profile canary's choice for ``workload_id`` of ``kind`` (None: the profile in force)."""
+        return self.profile_for(workload_id, kind) if self.profile_for is not None else None
 
-    def profile_of(self, workload_id: str) -> str:
+    def profile_of(self, workload_id: str, kind: str = "") -> str:
         """The name of the profile that places ``workload_id`` now."""
-        return (self._chosen(workload_id) or self.scheduler.profile).name
+        return (self._chosen(workload_id, kind) or self.scheduler.profile).name
 
     def use_profile(self, profile: Profile) -> None:
         """Place with ``profile`` from now on (a promoted profile canary)."""
@@ -121,7 +122,7 @@ class FrameworkPlacer:
     def place(self, workload_id: str, spec: WorkloadSpec, replicas: list[int]) -> PlacementOutcome:
         request = spec.request(workload_id)
         decision = self.scheduler.schedule(
-            request, replicas=replicas, enqueue=False, profile=self._chosen(workload_id)
+            request, replicas=replicas, enqueue=False, profile=self._chosen(workload_id, spec.kind)
         )
         outcome = PlacementOutcome()
         for placement in decision.placements:

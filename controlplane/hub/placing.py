@@ -131,7 +131,7 @@ class PlacementRound:
                 continue
             shape = _shape(spec, missing) if not have else None
             if shape is not None and profile_of is not None:
-                shape = (*shape, profile_of(head.id))  # a profile canary places some with another
+                shape = (*shape, profile_of(head.id, spec.kind))  # a profile canary places some with another
             if shape is not None and shape in failed_shapes:
                 # The same terms found no node a moment ago in this round: nor would these.
                 outcome = PlacementOutcome(unschedulable_reason=failed_shapes[shape])

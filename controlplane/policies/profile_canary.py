@@ -87,7 +87,7 @@ def workload_bucket(workload_id: str) -> int:
 class ProfilePlacer(Protocol):
     """What a profile canary needs of the hub's placer (``FrameworkPlacer``)."""
 
-    profile_for: Callable[[str], Profile | None] | None
+    profile_for: Callable[[str, str], Profile | None] | None
     generation: int
     base_profile: Profile  # the hub's ``--scheduler`` profile
 
@@ -186,28 +186,35 @@ class ProfileCanary:
         # SLA (a failure counts the cap), by the workload's group: a profile that places at once
         # but badly (work that runs slower or fails where it put it) is rolled back by it.
         self.outcomes = guard(config)
+        # The same two signals per workload kind (batch, service, analytics, inference), each in
+        # a judging controller of its own: a profile that hurts one kind only (a few workloads in
+        # the pooled window, under its percentile) is not hidden by the others. (signal, kind) ->
+        # its guard, made when the kind is first seen.
+        self._by_kind: dict[tuple[str, str], CanaryController] = {}
         self.state = "canary"
         self.fraction = 0.0
         self.failure = ""
         self._acted = 0
         self._share = 0  # percent of workload buckets in the canary group now
-        # Workload id -> [its group, when it was first asked for, placed yet, when last asked]:
-        # sticky groups.
+        # Workload id -> [its group, when it was first asked for, placed yet, when last asked, its
+        # kind]: sticky groups.
         self._seen: OrderedDict[str, list[Any]] = OrderedDict()
+        self._kinds_seen: set[str] = set()
         self.base = placer.base_profile
         self.row_id: int | None = None  # its row in ``profile_canaries`` once recorded
 
     def _t(self) -> float:
         return self.clock() - self.started
 
-    def profile_for(self, workload_id: str) -> Profile | None:
-        """The placer's question for each workload it places: the candidate for the canary
-        group, None (the profile in force) for the control group."""
+    def profile_for(self, workload_id: str, kind: str = "") -> Profile | None:
+        """The placer's question for each workload it places (with the workload's kind): the
+        candidate for the canary group, None (the profile in force) for the control group."""
         t = self._t()
         seen = self._seen.get(workload_id)
         if seen is None:
             group: Group = "canary" if workload_bucket(workload_id) < self._share else "control"
-            seen = self._seen[workload_id] = [group, t, False, t]
+            seen = self._seen[workload_id] = [group, t, False, t, kind]
+            self._kinds_seen.add(kind)
             while len(self._seen) > TRACKED_MAX:
                 self._seen.popitem(last=False)
         seen[3] = t
@@ -220,7 +227,9 @@ class ProfileCanary:
         if seen is None or seen[2] or self.controller.state != "canary":
             return
         seen[2] = True
-        self.controller.observe(seen[0], min(delay_s, self._t() - seen[1]), self._t())
+        t, value = self._t(), min(delay_s, self._t() - seen[1])
+        self.controller.observe(seen[0], value, t)
+        self._kind_guard("delay", seen[4]).observe(seen[0], value, t)
 
     def observe_outcome(self, node: str, value: float, workload_id: str) -> None:
         """A placement of ``workload_id`` ended, ``value`` its latency over its SLA: one sample of
@@ -228,26 +237,39 @@ class ProfileCanary:
         seen = self._seen.get(workload_id)
         if seen is not None and self.controller.state == "canary":
             self.outcomes.observe(seen[0], value, self._t())
+            self._kind_guard("outcomes", seen[4]).observe(seen[0], value, self._t())
+
+    def _kind_guard(self, signal: str, kind: str) -> CanaryController:
+        kind = kind or "-"
+        if (signal, kind) not in self._by_kind:  # both signals of a kind at once
+            for each in ("delay", "outcomes"):
+                self._by_kind[(each, kind)] = guard(self.controller.config)
+        return self._by_kind[(signal, kind)]
 
     def _sample_waiting(self, t: float) -> None:
         """The oldest workload of each group still waiting: one sample, its age. Only those the
         placement rounds still ask about count (a cancelled one is no longer asked: the round
         retries an unplaceable workload at least every 2 s, ``placing.RETRY_ALL_S``)."""
         oldest: dict[Group, float] = {}
-        for group, first, placed, asked in self._seen.values():
-            if not placed and group not in oldest and t - asked <= STILL_ASKED_S:
-                oldest[group] = first  # insertion order: the first unplaced is the oldest
-            if len(oldest) == 2:
-                break
-        for group, first in oldest.items():
+        oldest_of_kind: dict[tuple[Group, str], float] = {}
+        for group, first, placed, asked, kind in self._seen.values():
+            if placed or t - asked > STILL_ASKED_S:
+                continue
+            oldest.setdefault(group, first)  # insertion order: the first unplaced is the oldest
+            oldest_of_kind.setdefault((group, kind), first)
+            if len(oldest_of_kind) == 2 * len(self._kinds_seen):
+                break  # the oldest of every group and kind found        for group, first in oldest.items():
             if t - first > 0:
                 self.controller.observe(group, t - first, t)
+        for (group, kind), first in oldest_of_kind.items():
+            if t - first > 0:
+                self._kind_guard("delay", kind).observe(group, t - first, t)
 
     async def tick(self) -> None:
         t = self._t()
         if self.controller.state == "canary":
             self._sample_waiting(t)
-        judge(self.controller, ((self.outcomes, "outcomes against SLA"),), t)
+        judge(self.controller, self._guards(), t)
         events = self.controller.events
         while self._acted < len(events):
             event = events[self._acted]
@@ -255,6 +277,14 @@ class ProfileCanary:
             self._acted += 1
             self.state = {"promote": "promoted", "rollback": "rolled_back"}.get(event.kind, "canary")
             self.fraction = event.fraction
+
+    def _guards(self) -> list[tuple[CanaryController, str]]:
+        what = {"delay": "placement delay", "outcomes": "outcomes against SLA"}
+        by_kind = [
+            (found, f"{kind} workloads' {what[signal]}")
+            for (signal, kind), found in sorted(self._by_kind.items())
+        ]
+        return [(self.outcomes, "outcomes against SLA"), *by_kind]
 
     async def _act(self, kind: str, fraction: float, reason: str, data: dict[str, Any]) -> None:
         if kind in ("start", "step"):
@@ -380,6 +410,22 @@ class ProfileCanary:
             self.placer.generation += 1
             log.exception("scheduling profile canary stopped")
 
+    def _classes(self) -> list[dict[str, Any]]:
+        """Each workload kind's samples and scores, both signals."""
+        out: list[dict[str, Any]] = []
+        for kind in sorted({k for _, k in self._by_kind}):
+            delay, outcomes = self._kind_guard("delay", kind), self._kind_guard("outcomes", kind)
+            out.append(
+                {
+                    "kind": kind,
+                    "samples": dict(delay.samples),
+                    "scores": dict(zip(("canary", "control"), delay.scores, strict=True)),
+                    "outcome_samples": dict(outcomes.samples),
+                    "outcome_scores": dict(zip(("canary", "control"), outcomes.scores, strict=True)),
+                }
+            )
+        return out
+
     def describe(self) -> dict[str, Any]:
         described = self.controller.describe()
         canary, control = self.controller.scores
@@ -392,6 +438,7 @@ class ProfileCanary:
             "scores": {"canary": canary, "control": control},
             "outcome_samples": dict(self.outcomes.samples),
             "outcome_scores": dict(zip(("canary", "control"), self.outcomes.scores, strict=True)),
+            "classes": self._classes(),
             "events": described["events"][: self._acted],
             "failure": self.failure,
         }
@@ -482,6 +529,7 @@ class ProfileCanaries:
             "scores": {"canary": 0.0, "control": 0.0},
             "outcome_samples": {"canary": 0, "control": 0},
             "outcome_scores": {"canary": 0.0, "control": 0.0},
+            "classes": [],
             "events": list(row.events),
             "failure": "" if row.state != "canary" else "not running on this hub (it resumes at a start)",
         }

@@ -44,6 +44,7 @@ from controlplane.api.views.policies import (
     PolicyEvaluation,
     PolicyList,
     PolicyRolloutResult,
+    ProfileCanaryClass,
     ProfileCanaryStatus,
     SchedulingProfile,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "Policy",
     "PolicyList",
     "PolicyRolloutResult",
+    "ProfileCanaryClass",
     "ProfileCanaryStatus",
     "Queued",
     "Readiness",
@@ -139,6 +141,7 @@ RESPONSE_MODELS: tuple[type, ...] = (
     CanaryGroups,
     CanarySamples,
     CanaryStatus,
+    ProfileCanaryClass,
     ProfileCanaryStatus,
     SchedulingProfile,
     NodeDecisionLog,

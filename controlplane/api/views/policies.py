@@ -182,6 +182,28 @@ class DecisionLogs:
 
 
 @dataclass(frozen=True, slots=True)
+class ProfileCanaryClass:
+    """One workload kind's signals in a profile canary: its placement delays and its outcomes
+    against SLA, each judged on its own (a kind the candidate hurts is not hidden by the others)."""
+
+    kind: str
+    samples: CanarySamples
+    scores: CanaryGroups
+    outcome_samples: CanarySamples
+    outcome_scores: CanaryGroups
+
+    @classmethod
+    def of(cls, d: dict[str, Any]) -> ProfileCanaryClass:
+        return cls(
+            kind=d["kind"],
+            samples=CanarySamples(**d["samples"]),
+            scores=CanaryGroups(**d["scores"]),
+            outcome_samples=CanarySamples(**d["outcome_samples"]),
+            outcome_scores=CanaryGroups(**d["outcome_scores"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ProfileCanaryStatus:
     """A scheduling profile canary (``/v1/scheduling-profiles/canary``): the candidate, the
     profile in force when it started, its share of new workloads, the placement-delay samples
@@ -195,6 +217,7 @@ class ProfileCanaryStatus:
     scores: CanaryGroups
     outcome_samples: Annotated[CanarySamples, {"description": "outcomes against SLA counted (the guard)"}]
     outcome_scores: CanaryGroups
+    classes: Annotated[list[ProfileCanaryClass], {"description": "the same signals per workload kind"}]
     events: list[CanaryEvent]
     failure: Annotated[str, {"description": "why the controller stopped early, if it did"}]
 
@@ -210,6 +233,7 @@ class ProfileCanaryStatus:
             scores=CanaryGroups(**d["scores"]),
             outcome_samples=CanarySamples(**d["outcome_samples"]),
             outcome_scores=CanaryGroups(**d["outcome_scores"]),
+            classes=[ProfileCanaryClass.of(c) for c in d["classes"]],
             events=[CanaryEvent(**e) for e in d["events"]],
             failure=d["failure"],
         )

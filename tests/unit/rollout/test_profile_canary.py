@@ -235,6 +235,54 @@ async def test_a_candidate_that_places_at_once_but_badly_is_reverted_by_the_outc
         await store.close()
 
 
+async def test_a_candidate_that_delays_one_kind_only_is_reverted_by_that_kinds_guard(tmp_path: Path) -> None:
+    # One inference workload in thirty per group: in the pooled window of 30 samples the canary's
+    # one slow placement sits under the 95th percentile, so only the per-kind signal sees it.
+    store, placer, _ = await _round(tmp_path)
+    try:
+        now = [0.0]
+        config = RolloutConfig(
+            steps=(0.5, 1.0), dwell_s=600.0, threshold=1.0, sustain_s=2.0, min_samples=3, recent=30,
+            baseline_floor=0.05,
+        )  # fmt: skip
+        canary = ProfileCanary(
+            candidate=load_profile("default"), config=config, placer=placer, store=store,
+            wake=lambda: None, by="t", clock=lambda: now[0],
+        )  # fmt: skip
+        await canary.tick()
+        fresh = (uuid.uuid4().hex for _ in range(100_000))
+
+        def asked(group: str, kind: str) -> str:
+            workload_id = next(i for i in fresh if (workload_bucket(i) < 50) == (group == "canary"))
+            canary.profile_for(workload_id, kind)
+            return workload_id
+
+        for step in range(40):
+            now[0] = step * 0.5
+            # Each round: 29 batch workloads and 1 inference workload per group, placed 0.4 s
+            # after they were first asked for; the canary's inference one would have taken 2 s
+            # (its sample is capped at the 0.4 s since it was asked).
+            batch = [(asked(g, "batch"), 0.01) for _ in range(29) for g in ("canary", "control")]
+            inference = [(asked("canary", "inference"), 2.0), (asked("control", "inference"), 0.01)]
+            now[0] += 0.4
+            for workload_id, delay_s in [*batch, *inference]:
+                canary.observe_placed(workload_id, delay_s)
+            await canary.tick()
+            if canary.state != "canary":
+                break
+        assert canary.state == "rolled_back", canary.describe()
+        described = canary.describe()
+        assert described["events"][-1]["reason"].startswith(
+            "inference workloads' placement delay: canary score"
+        )
+        assert described["scores"]["canary"] <= 1.0  # the pooled signal did not see it
+        classes = {c["kind"]: c for c in described["classes"]}
+        assert classes["inference"]["scores"]["canary"] > 1.0 >= classes["batch"]["scores"]["canary"]
+        assert classes["inference"]["samples"]["canary"] >= 3
+    finally:
+        await store.close()
+
+
 async def test_a_waiting_workload_no_round_asks_about_any_more_is_not_sampled(tmp_path: Path) -> None:
     # A cancelled workload is no longer Pending: the rounds stop asking for its profile, and its
     # age must not count as a placement that never comes.

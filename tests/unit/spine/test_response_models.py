@@ -235,7 +235,7 @@ async def _samples() -> dict[type, list[Any]]:
         views.PolicyRolloutResult(version=2, nodes=["n1", "n2"], changed=["n2"]),
         canary,
         logs,
-        views.ProfileCanaryStatus.of(
+        profile_canary := views.ProfileCanaryStatus.of(
             {
                 "profile": "default",
                 "previous": "edgeplane",
@@ -243,6 +243,15 @@ async def _samples() -> dict[type, list[Any]]:
                 "scores": {"canary": 0.5, "control": 0.0},
                 "outcome_samples": {"canary": 3, "control": 4},
                 "outcome_scores": {"canary": 1.5, "control": 0.0},
+                "classes": [
+                    {
+                        "kind": "inference",
+                        "samples": {"canary": 3, "control": 5},
+                        "scores": {"canary": 2.0, "control": 0.0},
+                        "outcome_samples": {"canary": 0, "control": 0},
+                        "outcome_scores": {"canary": 0.0, "control": 0.0},
+                    }
+                ],
                 "failure": "",
             }
         ),
@@ -256,6 +265,7 @@ async def _samples() -> dict[type, list[Any]]:
         canary.samples,
         canary.scores,
         *canary.events,
+        *profile_canary.classes,
         node.power,
         *views.Workload.of(workload, placements).placements,
         function.stats,
