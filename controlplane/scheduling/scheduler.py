@@ -64,7 +64,7 @@ from controlplane.scheduling.model import (
 from controlplane.scheduling.nodetable import NodeTable
 from controlplane.scheduling.pending import request_from_allocation, retry_pending
 from controlplane.scheduling.placement import Placer
-from controlplane.scheduling.plugin_set import WeightedScorer, build_plugin_set
+from controlplane.scheduling.plugin_set import PluginSet, WeightedScorer, build_plugin_set
 from controlplane.scheduling.profiles import Profile, load_profile
 from controlplane.scheduling.queue import SchedulingQueue
 from controlplane.scheduling.reward import energy_weights, placement_reward
@@ -191,15 +191,14 @@ class Scheduler:
             self.use_interference(est.estimate())
 
     def use_interference(self, estimate: InterferenceEstimate) -> None:
-        """Score and account new replicas with ``estimate`` (plugins that take one)."""
+        """Score and account new replicas with ``estimate`` (plugins that take one), this
+        profile's and those of another profile placing beside it (a profile canary's candidate)
+        that learns too: the candidate is judged as it would place once promoted."""
         self.ledger.kind_sensitivity = {**self.ledger.kind_sensitivity, **estimate.sensitivity}
-        for plugin, _, _ in self.plugins.scorers:
-            use = getattr(plugin, "use_interference", None)
-            if use is not None:
-                use(estimate)
-        for plugin, _, _ in self.plugins.scorers:
-            if hasattr(plugin, "reward_config"):
-                self.plugins.reward_config = plugin.reward_config
+        _learned(self.plugins, estimate)
+        for _, placer in self._profile_placers.values():
+            if placer.plugins.reward_config.interference == "learned":
+                _learned(placer.plugins, estimate)
 
     @property
     def battery_aware(self) -> bool:
@@ -346,15 +345,18 @@ class Scheduler:
         return decision
 
     def _placer_of(self, profile: Profile) -> Placer:
-        """The placer of another profile, built once per profile object. Its plugins score with
-        their profile's interference prior: the estimate learned online goes to this scheduler's
-        own plugins (and to the new ones of :meth:`use_profile`)."""
+        """The placer of another profile, built once per profile object. Where that profile learns
+        interference too, its plugins score with the estimate this scheduler learned online (as
+        they would once promoted, :meth:`use_profile`), else with their profile's prior."""
         kept = self._profile_placers.get(profile.name)
         if kept is not None and kept[0] is profile:
             return kept[1]
         cycles = self._runner_of(profile)
         placer = Placer(cycles, self.ledger, self.federation, unavailable=self._unavailable, stats=self.stats)
         self._profile_placers[profile.name] = (profile, placer)
+        learned = self.interference
+        if learned is not None and len(learned) and cycles.plugins.reward_config.interference == "learned":
+            _learned(cycles.plugins, learned.estimate())  # what this scheduler learned so far
         return placer
 
     def _runner_of(self, profile: Profile) -> CycleRunner:
@@ -544,3 +546,14 @@ class Scheduler:
             "unavailable_clusters": sorted(self._unavailable),
             "stats": dict(self.stats),
         }
+
+
+def _learned(plugins: PluginSet, estimate: InterferenceEstimate) -> None:
+    """``plugins``' scores and reward use ``estimate`` (the plugins that take one)."""
+    for plugin, _, _ in plugins.scorers:
+        use = getattr(plugin, "use_interference", None)
+        if use is not None:
+            use(estimate)
+    for plugin, _, _ in plugins.scorers:
+        if hasattr(plugin, "reward_config"):
+            plugins.reward_config = plugin.reward_config

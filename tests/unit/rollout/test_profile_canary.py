@@ -327,3 +327,30 @@ def test_bad_requests_are_refused_naming_the_field(body: dict[str, Any], field: 
         PROFILE_CANARY.parse(body, "")
     assert caught.value.field is not None and caught.value.field.endswith(field), caught.value.field
     assert words in str(caught.value)
+
+
+def test_a_candidate_that_learns_scores_with_what_the_scheduler_learned() -> None:
+    """A profile canary's candidate is judged as it would place once promoted: where it learns
+    interference too, its scores use the estimate the scheduler learned online (now and at each
+    refit); one with a fixed model keeps its prior."""
+    from controlplane.scheduling.interference import LoadProfile
+
+    scheduler = Scheduler("edgeplane")
+    prior = scheduler.plugins.reward_config
+    loaded = LoadProfile([0.0] * 9 + [2.0])
+    for _ in range(scheduler.interference_refresh):
+        scheduler.observe_runtime("batch", 1.0, 3.0, loaded)
+    learned = scheduler.plugins.reward_config
+    assert learned.sensitivity["batch"] != prior.sensitivity["batch"]  # it did learn something
+
+    copy = parse_profile({**load_profile("edgeplane").to_dict(), "name": "edgeplane-copy"})
+    candidate = scheduler._placer_of(copy).plugins.reward_config
+    assert (candidate.knee, candidate.sensitivity) == (learned.knee, learned.sensitivity)
+    fixed = scheduler._placer_of(load_profile("edgeplane-static")).plugins.reward_config
+    assert fixed.sensitivity["batch"] == prior.sensitivity["batch"]  # a fixed model keeps its prior
+
+    for _ in range(scheduler.interference_refresh):  # a refit reaches the candidate too
+        scheduler.observe_runtime("batch", 1.0, 1.0, loaded)
+    refit = scheduler.plugins.reward_config
+    assert refit.sensitivity["batch"] != learned.sensitivity["batch"]
+    assert scheduler._placer_of(copy).plugins.reward_config.sensitivity == refit.sensitivity
