@@ -12,8 +12,9 @@ given several addresses does) while it hits the leader once:
   find that it no longer leads, write nothing and stop);
 - ``leaf-cut``: the NATS side is the production layout instead of one server: a 3-server
   hub-side cluster and two sites, each behind its own leaf server, ``--site-agents`` agents per
-  site enrolled with their own nkeys (``bench/link.py`` relays site-a's leaf connection); the
-  hit cuts that link for ``--cut-s`` seconds, then heals it. Site-a's agents keep their work and
+  site enrolled with their own nkeys; site-a's leaf connection goes through a relay that can be
+  cut (the suite's, ``tests/functional/tcp_cut.py``): the hit cuts it for ``--cut-s`` seconds,
+  then heals it. Site-a's agents keep their work and
   finish it on their own, the hub holds it as a partition (no leader changes), new work goes to
   site-b meanwhile, and when the link heals site-a's reports arrive.
 
@@ -169,7 +170,7 @@ class Fleet:
         self.agent_procs: list[subprocess.Popen[bytes]] = []
         self.nats: NatsServer | None = None
         self.topology: Any = None  # LocalTopology, for leaf-cut
-        self.links: list[Any] = []  # bench/link.py's Link per hub-side server, site-a's
+        self.links: list[Any] = []  # a relay per hub-side server for site-a's leaf connection
         self.log = open(root / "fleet.log", "ab")
 
     @property
@@ -182,7 +183,9 @@ class Fleet:
         """Leaf-cut: the topology (site-a's leaf connection through links), and every agent
         enrolled as an operator does offline (``agent-credentials create``): its seed, its
         public key in the store, its credentials file naming its site's leaf server."""
-        from link import Link
+        # The suite's cuttable relay (one implementation for the tests and this bench).
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "functional"))
+        from tcp_cut import CuttableRelay
 
         from edgeplane_contract.credentials import ensure_seed, new_user_seed, public_key_of
         from edgeplane_contract.enrolment import AgentCredentials
@@ -199,8 +202,8 @@ class Fleet:
         self.topology = LocalTopology(
             self.root / "nats", hub_public_key=public_key_of(hub_seed), federation=federation, sites=SITES
         )
-        self.links = [await Link.open(address) for address in self.topology.leaf_listeners]
-        self.topology.route_site("site-a", [link.address for link in self.links])
+        self.links = [await CuttableRelay(*address).start() for address in self.topology.leaf_listeners]
+        self.topology.route_site("site-a", [("127.0.0.1", link.port) for link in self.links])
         store = await Store.open(self.database_url)  # migrates the fresh database
         enrolled = []
         try:

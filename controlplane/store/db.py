@@ -88,9 +88,10 @@ def _alembic_config(connection: Connection | None = None) -> Any:
     return cfg
 
 
-# The advisory lock key that serialises migrations on PostgreSQL ("edgeplan" in ASCII): a
-# constant that no other application on the database is likely to use.
-MIGRATION_LOCK = 0x6564676570_6C616E
+# The advisory lock key that serialises migrations on PostgreSQL ("edgemigr" as a 64-bit integer):
+# not the hub lease's ("edgeplan", coordination/hub_lease.py), which the leader holds while it
+# migrates at its start (the same key would have it wait on itself for ever).
+MIGRATION_LOCK = int.from_bytes(b"edgemigr", "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 async def migrate(engine: AsyncEngine, revision: str = "head") -> None:

@@ -140,3 +140,24 @@ async def test_replicas_starting_at_once_migrate_one_after_the_other(postgres_ur
     finally:
         for engine in engines:
             await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_leader_holding_the_hub_lease_migrates_at_its_start(postgres_url):
+    """``serve`` takes the hub lease (a session advisory lock) and then opens the store, which
+    migrates under the migration lock: with one key for both it waited on itself for ever (found
+    by bench/failover.py, whose first hub never started)."""
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    from controlplane.coordination.hub_lease import LEASE_KEY
+
+    lease = await asyncpg.connect(make_url(postgres_url).set(drivername="postgresql").render_as_string(False))
+    engine = create_engine(postgres_url)
+    try:
+        assert await lease.fetchval("SELECT pg_try_advisory_lock($1)", LEASE_KEY)
+        await asyncio.wait_for(migrate(engine), timeout=30)
+        assert await current_revision(engine) == head_revision()
+    finally:
+        await engine.dispose()
+        await lease.close()

@@ -4,7 +4,6 @@ server, a real hub and real agents, with nkeys and permissions throughout (contr
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import stat
@@ -17,6 +16,7 @@ from typing import Any
 import nats
 import pytest
 from harness import enrol, running_agents, running_hub, wait_for
+from tcp_cut import CuttableRelay
 
 from edgeplane_contract.credentials import ensure_seed, new_user_seed, public_key_of
 from edgeplane_contract.messages import Subjects
@@ -25,14 +25,6 @@ from controlplane.bus.nats_auth import agent_inbox_prefix
 from controlplane.bus.topology import LocalTopology
 from controlplane.federation.config import ClusterConfig, FederationConfig
 from controlplane.natsd import find_nats_server
-
-# The link a test cuts between a site and the hub side, shared with bench/failover.py.
-_LINK = Path(__file__).resolve().parents[2] / "bench" / "link.py"
-_spec = importlib.util.spec_from_file_location("bench_link", _LINK)
-assert _spec is not None and _spec.loader is not None
-_link = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_link)
-Link = _link.Link
 
 FEDERATION = FederationConfig(
     clusters=[ClusterConfig(name="site-a", region="r1"), ClusterConfig(name="site-b", region="r2")],
@@ -149,8 +141,8 @@ async def test_a_site_cut_off_from_the_hub_side_keeps_its_work_and_reconciles_wh
         sites=["site-a", "site-b"],
         servers=3,
     )
-    links = [await Link.open(address) for address in topo.leaf_listeners]
-    topo.route_site("site-a", [link.address for link in links])
+    links = [await CuttableRelay(*address).start() for address in topo.leaf_listeners]
+    topo.route_site("site-a", [("127.0.0.1", link.port) for link in links])
     try:
         with topo:
             async with running_hub(

@@ -8,8 +8,11 @@ node the hub had given up on counts, and its re-placement is cancelled.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from harness import (
     PYTHON_FUNCTIONS,
@@ -285,13 +288,16 @@ def _heard(running, *names: str) -> None:
         live.status, live.held, live.startup_s = "Ready", False, 0.0
 
 
-async def test_a_partition_holds_the_silent_nodes_work_for_the_autonomy_window(nats_server, sqlite_url):
-    """A majority of a cluster silent at once is a partition, not four dead nodes: their work is
-    held (the nodes keep serving locally) and placed again only after the autonomy window."""
-    federation = FederationConfig(
-        clusters=[ClusterConfig(name="default", region="local", autonomy_window_s=3.0, eviction_grace_s=0)],
-        default_cluster="default",
+@contextlib.asynccontextmanager
+async def _four_nodes_three_running(
+    nats_server: Any, sqlite_url: str, *, autonomy_s: float, grace_s: float
+) -> AsyncIterator[tuple[Any, Any, dict[str, str]]]:
+    """A hub (leases that never expire by themselves: the test silences nodes) with nodes a-d
+    registered and a workload Running on each of a, b and c (their ids by node)."""
+    cluster = ClusterConfig(
+        name="default", region="local", autonomy_window_s=autonomy_s, eviction_grace_s=grace_s
     )
+    federation = FederationConfig(clusters=[cluster], default_cluster="default")
     async with running_hub(nats_server.url, sqlite_url, federation, lease_missed_heartbeats=400) as (
         running,
         api,
@@ -306,6 +312,18 @@ async def test_a_partition_holds_the_silent_nodes_work_for_the_autonomy_window(n
             )
             placement = (await wait_for(lambda n=name: api.workload(ids[n]), _placed))["placements"][0]
             await hub.handle_report(name, _report(name, placement, ids[name], "Running"))
+        yield running, api, ids
+
+
+async def test_a_partition_holds_the_silent_nodes_work_for_the_autonomy_window(nats_server, sqlite_url):
+    """A majority of a cluster silent at once is a partition, not four dead nodes: their work is
+    held (the nodes keep serving locally) and placed again only after the autonomy window."""
+    async with _four_nodes_three_running(nats_server, sqlite_url, autonomy_s=3.0, grace_s=0) as (
+        running,
+        api,
+        ids,
+    ):
+        hub = running.hub
         _silence(running, "a", "b", "c", for_s=0.5)  # 3 of 4 at once
         await hub.reconcile_once()
         nodes = {n["name"]: n["status"] for n in await api.nodes()}
@@ -337,26 +355,12 @@ async def test_a_node_that_went_silent_just_before_its_partition_keeps_its_work_
     """Leases of a site's nodes expire a heartbeat apart when its uplink goes down: the first is
     alone (held by the eviction grace), then the others make it a partition, and from then on the
     first is held for the autonomy window too, not lost when its grace ends."""
-    federation = FederationConfig(
-        clusters=[
-            ClusterConfig(name="default", region="local", autonomy_window_s=60.0, eviction_grace_s=1.0)
-        ],
-        default_cluster="default",
-    )
-    async with running_hub(nats_server.url, sqlite_url, federation, lease_missed_heartbeats=400) as (
+    async with _four_nodes_three_running(nats_server, sqlite_url, autonomy_s=60.0, grace_s=1.0) as (
         running,
         api,
+        ids,
     ):
         hub = running.hub
-        for name in ("a", "b", "c", "d"):
-            assert (await hub.handle_register(name, register_message(name))).accepted
-        ids = {}
-        for name in ("a", "b", "c"):
-            ids[name] = await api.post_workload(
-                {"name": f"on-{name}", "command": ["true"], "affinity": {"nodes": [name]}}
-            )
-            placement = (await wait_for(lambda n=name: api.workload(ids[n]), _placed))["placements"][0]
-            await hub.handle_report(name, _report(name, placement, ids[name], "Running"))
         _silence(running, "a", for_s=0.5)  # alone: 1 of 4, held by the grace (1 s)
         await hub.reconcile_once()
         assert hub.nodes["a"].held and hub.nodes["a"].hold_s == 1.0
