@@ -40,9 +40,9 @@ from controlplane.rollout.controller import (
     CanaryController,
     Group,
     RolloutConfig,
-    RolloutEvent,
     guard,
     judge,
+    resume_kept,
 )
 from controlplane.store.models import PolicyCanaryRow
 from controlplane.store.store import Store
@@ -116,7 +116,7 @@ class LiveCanary:
         self._levels: dict[str, deque[tuple[float, float]]] = {}  # node -> (t, battery %) on battery
         self._drain_sampled: dict[str, float] = {}  # node -> when its last sample was taken
         self.nodes: list[str] = []
-        self._acted = 0  # controller events already acted on
+        self.acted = 0  # controller events already acted on
         # What has been done (the controller decides first; the store and the nodes follow).
         self.state = "canary"
         self.fraction = 0.0
@@ -171,12 +171,12 @@ class LiveCanary:
         """Let the controller judge on the clock, and act on what it decided since the last tick."""
         judge(self.controller, self._guards, self._t())
         events = self.controller.events
-        while self._acted < len(events):
-            event = events[self._acted]
+        while self.acted < len(events):
+            event = events[self.acted]
             await self._act(event.kind, event.fraction, event.reason, event.to_dict())
             # Only once done (a failed act is done again at the next tick), and together, so that
             # a reader never sees a state without the event that led to it.
-            self._acted += 1
+            self.acted += 1
             self.state = {"promote": "promoted", "rollback": "rolled_back"}.get(event.kind, "canary")
             self.fraction = event.fraction
 
@@ -234,7 +234,7 @@ class LiveCanary:
         row.step = self.controller.step
         row.fraction = fraction
         row.nodes = list(self.nodes)
-        row.events = [e.to_dict() for e in self.controller.events[: self._acted + 1]]
+        row.events = [e.to_dict() for e in self.controller.events[: self.acted + 1]]
         row.updated_at = time.time()
 
     def _share(self, fraction: float) -> list[str]:
@@ -297,15 +297,10 @@ class LiveCanary:
             drain_window_s=float(drain.get("window_s", DRAIN_WINDOW_S)),
             drain_span_s=float(drain.get("span_s", DRAIN_SPAN_S)),
         )
-        canary.started = clock() - max(0.0, time.time() - row.started_at)
-        canary.started_at = row.started_at
-        events = [RolloutEvent(**e) for e in row.events]
-        if not events:  # accepted, but its hub stopped before its first share: it starts now
-            return canary
-        canary.controller = CanaryController.resume(config, step=row.step, events=events, t_s=canary._t())
-        canary._acted = len(events)
-        canary.fraction = row.fraction
-        canary.nodes = list(row.nodes)
+        if resume_kept(
+            canary, config, started_at=row.started_at, step=row.step, fraction=row.fraction, events=row.events
+        ):
+            canary.nodes = list(row.nodes)
         return canary
 
     def describe(self) -> dict[str, Any]:
@@ -317,7 +312,7 @@ class LiveCanary:
             **described,
             "state": self.state,
             "fraction": self.fraction,
-            "events": described["events"][: self._acted],
+            "events": described["events"][: self.acted],
             "scores": {"canary": canary, "control": control},
             "outcome_scores": dict(zip(("canary", "control"), self.outcomes.scores, strict=True)),
             "outcome_samples": dict(self.outcomes.samples),

@@ -53,6 +53,7 @@ from controlplane.rollout.controller import (
     RolloutEvent,
     guard,
     judge,
+    resume_kept,
     rollout_config,
 )
 from controlplane.scheduling.profiles import BUILTIN_PROFILES, Profile, load_profile, parse_profile
@@ -194,7 +195,7 @@ class ProfileCanary:
         self.state = "canary"
         self.fraction = 0.0
         self.failure = ""
-        self._acted = 0
+        self.acted = 0
         self._share = 0  # percent of workload buckets in the canary group now
         # Workload id -> [its group, when it was first asked for, placed yet, when last asked, its
         # kind]: sticky groups.
@@ -271,10 +272,10 @@ class ProfileCanary:
             self._sample_waiting(t)
         judge(self.controller, self._guards(), t)
         events = self.controller.events
-        while self._acted < len(events):
-            event = events[self._acted]
+        while self.acted < len(events):
+            event = events[self.acted]
             await self._act(event.kind, event.fraction, event.reason, event.to_dict())
-            self._acted += 1
+            self.acted += 1
             self.state = {"promote": "promoted", "rollback": "rolled_back"}.get(event.kind, "canary")
             self.fraction = event.fraction
 
@@ -348,7 +349,7 @@ class ProfileCanary:
         row.state = {"promote": "promoted", "rollback": "rolled_back"}.get(kind, "canary")
         row.step = self.controller.step
         row.fraction = fraction
-        row.events = [e.to_dict() for e in self.controller.events[: self._acted + 1]]
+        row.events = [e.to_dict() for e in self.controller.events[: self.acted + 1]]
         row.updated_at = time.time()
         await session.flush()
         self.row_id = row.id
@@ -377,17 +378,12 @@ class ProfileCanary:
             clock=clock,
         )
         canary.row_id = row.id
-        canary.started = clock() - max(0.0, time.time() - row.started_at)
-        canary.started_at = row.started_at
-        events = [RolloutEvent(**e) for e in row.events]
-        if not events:  # accepted, but its hub stopped before its first share: it starts now
-            return canary
-        canary.controller = CanaryController.resume(config, step=row.step, events=events, t_s=canary._t())
-        canary._acted = len(events)
-        canary.fraction = row.fraction
-        canary._share = max(1, round(row.fraction * 100))
-        placer.profile_for = canary.profile_for
-        placer.generation += 1
+        if resume_kept(
+            canary, config, started_at=row.started_at, step=row.step, fraction=row.fraction, events=row.events
+        ):  # its share in force now
+            canary._share = max(1, round(row.fraction * 100))
+            placer.profile_for = canary.profile_for
+            placer.generation += 1
         return canary
 
     async def run(self) -> None:
@@ -439,7 +435,7 @@ class ProfileCanary:
             "outcome_samples": dict(self.outcomes.samples),
             "outcome_scores": dict(zip(("canary", "control"), self.outcomes.scores, strict=True)),
             "classes": self._classes(),
-            "events": described["events"][: self._acted],
+            "events": described["events"][: self.acted],
             "failure": self.failure,
         }
 
@@ -498,7 +494,7 @@ class ProfileCanaries:
 
     async def _run(self, canary: ProfileCanary) -> None:
         try:
-            if canary._acted == 0:
+            if canary.acted == 0:
                 await canary.tick()  # its start: the first share
         except Exception as exc:
             self._started.set_exception(exc)
