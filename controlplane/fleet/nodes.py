@@ -33,6 +33,7 @@ class NodeLive:
     power_source: str = "unknown"
     battery_percent: float | None = None
     last_heartbeat_at: float = 0.0
+    node_type: str = "edge"  # its class (resources.NODE_TYPES): a canary judges each on its own too
     dirty: bool = False
     # NotReady, its placements held (not Lost) for hold_s beyond its lease: the autonomy window in a
     # partition, else the cluster's eviction grace.

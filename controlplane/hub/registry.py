@@ -122,6 +122,7 @@ class NodeRegistry:
                 power_source=node.power_source,
                 battery_percent=node.battery_percent,
                 last_heartbeat_at=node.last_heartbeat_at,
+                node_type=node.node_type,
             ))  # fmt: skip
         return rows
 
@@ -252,6 +253,7 @@ class NodeRegistry:
                 power_source=power_source,
                 battery_percent=battery,
                 last_heartbeat_at=now,
+                node_type=msg.node_type,
             )
         )
         return row, previous_boot

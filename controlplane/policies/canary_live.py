@@ -38,6 +38,7 @@ from controlplane.fleet.nodes import NodeLive
 from controlplane.policies.registry import PolicyRegistry
 from controlplane.rollout.controller import (
     CanaryController,
+    ClassGuards,
     Group,
     RolloutConfig,
     guard,
@@ -110,7 +111,14 @@ class LiveCanary:
         # Energy: the battery drain (percent per hour) of the group's nodes on battery, one
         # sample per node per ``drain_window_s``.
         self.drain = guard(config)
-        self._guards = ((self.outcomes, "outcomes against SLA"), (self.drain, "battery drain"))
+        # The three signals per node type (edge boards, servers, ...), each judged on its own: a
+        # version that hurts one class of node only is not hidden by the others.
+        self.by_type = ClassGuards(
+            config,
+            {"regret": "decision regret", "outcomes": "outcomes against SLA", "drain": "battery drain"},
+            "nodes",
+        )
+        self._pooled = ((self.outcomes, "outcomes against SLA"), (self.drain, "battery drain"))
         self.drain_window_s = drain_window_s
         self.drain_span_s = drain_span_s
         self._levels: dict[str, deque[tuple[float, float]]] = {}  # node -> (t, battery %) on battery
@@ -139,11 +147,14 @@ class LiveCanary:
         group = self._group(live)
         if group is not None:
             self.controller.observe(group, regret, self._t())
+            self.by_type.of("regret", live.node_type).observe(group, regret, self._t())
 
     def observe_outcome(self, node: str, value: float, workload_id: str = "") -> None:
-        group = self._group(self.hub.nodes.get(node))
-        if group is not None:
+        live = self.hub.nodes.get(node)
+        group = self._group(live)
+        if group is not None and live is not None:
             self.outcomes.observe(group, value, self._t())
+            self.by_type.of("outcomes", live.node_type).observe(group, value, self._t())
 
     def observe_power(self, live: NodeLive, source: str, battery_percent: float | None) -> None:
         """A heartbeat's power. On battery, every ``drain_window_s`` the node's drain over the
@@ -165,11 +176,13 @@ class LiveCanary:
         self._drain_sampled[live.name] = t
         group = self._group(live)
         if group is not None:
-            self.drain.observe(group, max(0.0, level - battery_percent) * 3600.0 / (t - since), t)
+            drain = max(0.0, level - battery_percent) * 3600.0 / (t - since)
+            self.drain.observe(group, drain, t)
+            self.by_type.of("drain", live.node_type).observe(group, drain, t)
 
     async def tick(self) -> None:
         """Let the controller judge on the clock, and act on what it decided since the last tick."""
-        judge(self.controller, self._guards, self._t())
+        judge(self.controller, [*self._pooled, *self.by_type.guards()], self._t())
         events = self.controller.events
         while self.acted < len(events):
             event = events[self.acted]
@@ -318,6 +331,7 @@ class LiveCanary:
             "outcome_samples": dict(self.outcomes.samples),
             "drain_scores": dict(zip(("canary", "control"), self.drain.scores, strict=True)),
             "drain_samples": dict(self.drain.samples),
+            "classes": self.by_type.describe(),
             "nodes": list(self.nodes),
             "failure": self.failure,
         }
@@ -410,6 +424,7 @@ class CanaryRollouts:
             "outcome_scores": {"canary": 0.0, "control": 0.0},
             "drain_samples": dict(zero),
             "drain_scores": {"canary": 0.0, "control": 0.0},
+            "classes": [],
             "events": list(row.events),
             "nodes": list(row.nodes),
             "failure": "" if row.state != "canary" else "not running on this hub (it resumes at a start)",

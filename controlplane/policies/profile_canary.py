@@ -48,6 +48,7 @@ from controlplane.errors import ConfigError, ConflictError, NotFoundError, Valid
 from controlplane.policies.upload import CONTROLLER_FIELDS, steps_field
 from controlplane.rollout.controller import (
     CanaryController,
+    ClassGuards,
     Group,
     RolloutConfig,
     RolloutEvent,
@@ -187,11 +188,12 @@ class ProfileCanary:
         # SLA (a failure counts the cap), by the workload's group: a profile that places at once
         # but badly (work that runs slower or fails where it put it) is rolled back by it.
         self.outcomes = guard(config)
-        # The same two signals per workload kind (batch, service, analytics, inference), each in
-        # a judging controller of its own: a profile that hurts one kind only (a few workloads in
-        # the pooled window, under its percentile) is not hidden by the others. (signal, kind) ->
-        # its guard, made when the kind is first seen.
-        self._by_kind: dict[tuple[str, str], CanaryController] = {}
+        # The same two signals per workload kind (batch, service, analytics, inference): a
+        # profile that hurts one kind only (a few workloads in the pooled window, under its
+        # percentile) is not hidden by the others.
+        self.by_kind = ClassGuards(
+            config, {"delay": "placement delay", "outcomes": "outcomes against SLA"}, "workloads"
+        )
         self.state = "canary"
         self.fraction = 0.0
         self.failure = ""
@@ -230,7 +232,7 @@ class ProfileCanary:
         seen[2] = True
         t, value = self._t(), min(delay_s, self._t() - seen[1])
         self.controller.observe(seen[0], value, t)
-        self._kind_guard("delay", seen[4]).observe(seen[0], value, t)
+        self.by_kind.of("delay", seen[4]).observe(seen[0], value, t)
 
     def observe_outcome(self, node: str, value: float, workload_id: str) -> None:
         """A placement of ``workload_id`` ended, ``value`` its latency over its SLA: one sample of
@@ -238,14 +240,7 @@ class ProfileCanary:
         seen = self._seen.get(workload_id)
         if seen is not None and self.controller.state == "canary":
             self.outcomes.observe(seen[0], value, self._t())
-            self._kind_guard("outcomes", seen[4]).observe(seen[0], value, self._t())
-
-    def _kind_guard(self, signal: str, kind: str) -> CanaryController:
-        kind = kind or "-"
-        if (signal, kind) not in self._by_kind:  # both signals of a kind at once
-            for each in ("delay", "outcomes"):
-                self._by_kind[(each, kind)] = guard(self.controller.config)
-        return self._by_kind[(signal, kind)]
+            self.by_kind.of("outcomes", seen[4]).observe(seen[0], value, self._t())
 
     def _sample_waiting(self, t: float) -> None:
         """The oldest workload of each group still waiting: one sample, its age. Only those the
@@ -264,7 +259,7 @@ class ProfileCanary:
                 self.controller.observe(group, t - first, t)
         for (group, kind), first in oldest_of_kind.items():
             if t - first > 0:
-                self._kind_guard("delay", kind).observe(group, t - first, t)
+                self.by_kind.of("delay", kind).observe(group, t - first, t)
 
     async def tick(self) -> None:
         t = self._t()
@@ -280,12 +275,7 @@ class ProfileCanary:
             self.fraction = event.fraction
 
     def _guards(self) -> list[tuple[CanaryController, str]]:
-        what = {"delay": "placement delay", "outcomes": "outcomes against SLA"}
-        by_kind = [
-            (found, f"{kind} workloads' {what[signal]}")
-            for (signal, kind), found in sorted(self._by_kind.items())
-        ]
-        return [(self.outcomes, "outcomes against SLA"), *by_kind]
+        return [(self.outcomes, "outcomes against SLA"), *self.by_kind.guards()]
 
     async def _act(self, kind: str, fraction: float, reason: str, data: dict[str, Any]) -> None:
         if kind in ("start", "step"):
@@ -406,22 +396,6 @@ class ProfileCanary:
             self.placer.generation += 1
             log.exception("scheduling profile canary stopped")
 
-    def _classes(self) -> list[dict[str, Any]]:
-        """Each workload kind's samples and scores, both signals."""
-        out: list[dict[str, Any]] = []
-        for kind in sorted({k for _, k in self._by_kind}):
-            delay, outcomes = self._kind_guard("delay", kind), self._kind_guard("outcomes", kind)
-            out.append(
-                {
-                    "kind": kind,
-                    "samples": dict(delay.samples),
-                    "scores": dict(zip(("canary", "control"), delay.scores, strict=True)),
-                    "outcome_samples": dict(outcomes.samples),
-                    "outcome_scores": dict(zip(("canary", "control"), outcomes.scores, strict=True)),
-                }
-            )
-        return out
-
     def describe(self) -> dict[str, Any]:
         described = self.controller.describe()
         canary, control = self.controller.scores
@@ -434,7 +408,7 @@ class ProfileCanary:
             "scores": {"canary": canary, "control": control},
             "outcome_samples": dict(self.outcomes.samples),
             "outcome_scores": dict(zip(("canary", "control"), self.outcomes.scores, strict=True)),
-            "classes": self._classes(),
+            "classes": self.by_kind.describe(),
             "events": described["events"][: self.acted],
             "failure": self.failure,
         }

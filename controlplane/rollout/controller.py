@@ -30,6 +30,7 @@ from controlplane.rollout.anomaly import AnomalyWindow
 
 __all__ = [
     "CanaryController",
+    "ClassGuards",
     "Group",
     "RolloutConfig",
     "RolloutEvent",
@@ -278,3 +279,52 @@ def resume_kept(
     canary.acted = len(kept)
     canary.fraction = fraction
     return True
+
+
+class ClassGuards:
+    """A canary's signals judged per class as well (a workload's kind, a node's type), each
+    (signal, class) in a judging controller of its own (:func:`guard`): a version or profile that
+    hurts one class only is not hidden in the pooled window by the others. ``signals`` maps each
+    signal's name to how a reason names it; ``noun`` names the members of a class ("workloads")."""
+
+    def __init__(self, config: RolloutConfig, signals: dict[str, str], noun: str) -> None:
+        self.config = config
+        self.signals = signals
+        self.noun = noun
+        self._guards: dict[tuple[str, str], CanaryController] = {}
+
+    def of(self, signal: str, name: str) -> CanaryController:
+        """The guard of ``signal`` for class ``name`` (every signal's made when a class is first
+        seen)."""
+        name = name or "-"
+        if (signal, name) not in self._guards:
+            for each in self.signals:
+                self._guards[(each, name)] = guard(self.config)
+        return self._guards[(signal, name)]
+
+    def guards(self) -> list[tuple[CanaryController, str]]:
+        """For :func:`judge`: each guard and what its rollback's reason names."""
+        return [
+            (found, f"{name} {self.noun}' {self.signals[signal]}")
+            for (signal, name), found in sorted(self._guards.items(), key=lambda item: item[0])
+        ]
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Each class's signals: their samples and scores per group."""
+        names = sorted({name for _, name in self._guards})
+        return [
+            {
+                "name": name,
+                "signals": [
+                    {
+                        "signal": signal,
+                        "samples": dict(self._guards[(signal, name)].samples),
+                        "scores": dict(
+                            zip(("canary", "control"), self._guards[(signal, name)].scores, strict=True)
+                        ),
+                    }
+                    for signal in self.signals
+                ],
+            }
+            for name in names
+        ]

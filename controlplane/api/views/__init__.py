@@ -33,6 +33,8 @@ from controlplane.api.views.nodes import (
     RevokedUnknownNode,
 )
 from controlplane.api.views.policies import (
+    CanaryClass,
+    CanaryClassSignal,
     CanaryEvent,
     CanaryGroups,
     CanarySamples,
@@ -44,7 +46,6 @@ from controlplane.api.views.policies import (
     PolicyEvaluation,
     PolicyList,
     PolicyRolloutResult,
-    ProfileCanaryClass,
     ProfileCanaryStatus,
     SchedulingProfile,
 )
@@ -87,7 +88,6 @@ __all__ = [
     "Policy",
     "PolicyList",
     "PolicyRolloutResult",
-    "ProfileCanaryClass",
     "ProfileCanaryStatus",
     "Queued",
     "Readiness",
@@ -137,11 +137,12 @@ RESPONSE_MODELS: tuple[type, ...] = (
     Policy,
     PolicyList,
     PolicyRolloutResult,
+    CanaryClass,
+    CanaryClassSignal,
     CanaryEvent,
     CanaryGroups,
     CanarySamples,
     CanaryStatus,
-    ProfileCanaryClass,
     ProfileCanaryStatus,
     SchedulingProfile,
     NodeDecisionLog,

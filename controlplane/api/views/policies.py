@@ -112,6 +112,32 @@ class CanarySamples:
 
 
 @dataclass(frozen=True, slots=True)
+class CanaryClassSignal:
+    """One signal of one class in a canary: its samples and anomaly scores per group."""
+
+    signal: str
+    samples: CanarySamples
+    scores: CanaryGroups
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryClass:
+    """A class of a canary's members (a node type, a workload kind), its signals judged on their
+    own: a version that hurts one class only is not hidden by the others."""
+
+    name: str
+    signals: list[CanaryClassSignal]
+
+    @classmethod
+    def of(cls, d: dict[str, Any]) -> CanaryClass:
+        signals = [
+            CanaryClassSignal(s["signal"], CanarySamples(**s["samples"]), CanaryGroups(**s["scores"]))
+            for s in d["signals"]
+        ]
+        return cls(name=d["name"], signals=signals)
+
+
+@dataclass(frozen=True, slots=True)
 class CanaryStatus:
     """A live canary (``/v1/policies/{version}/canary``): its state, the share of nodes it has,
     the anomaly scores, the samples counted, its timeline, and the nodes told to run it."""
@@ -127,6 +153,7 @@ class CanaryStatus:
         CanarySamples, {"description": "battery drain samples counted (the energy guard; nodes on battery)"}
     ]
     drain_scores: CanaryGroups
+    classes: Annotated[list[CanaryClass], {"description": "the same signals per node type"}]
     events: list[CanaryEvent]
     nodes: list[str]
     failure: Annotated[str, {"description": "why the controller stopped early, if it did"}]
@@ -144,6 +171,7 @@ class CanaryStatus:
             outcome_scores=CanaryGroups(**d["outcome_scores"]),
             drain_samples=CanarySamples(**d["drain_samples"]),
             drain_scores=CanaryGroups(**d["drain_scores"]),
+            classes=[CanaryClass.of(c) for c in d["classes"]],
             events=[CanaryEvent(**e) for e in d["events"]],
             nodes=list(d["nodes"]),
             failure=d["failure"],
@@ -182,28 +210,6 @@ class DecisionLogs:
 
 
 @dataclass(frozen=True, slots=True)
-class ProfileCanaryClass:
-    """One workload kind's signals in a profile canary: its placement delays and its outcomes
-    against SLA, each judged on its own (a kind the candidate hurts is not hidden by the others)."""
-
-    kind: str
-    samples: CanarySamples
-    scores: CanaryGroups
-    outcome_samples: CanarySamples
-    outcome_scores: CanaryGroups
-
-    @classmethod
-    def of(cls, d: dict[str, Any]) -> ProfileCanaryClass:
-        return cls(
-            kind=d["kind"],
-            samples=CanarySamples(**d["samples"]),
-            scores=CanaryGroups(**d["scores"]),
-            outcome_samples=CanarySamples(**d["outcome_samples"]),
-            outcome_scores=CanaryGroups(**d["outcome_scores"]),
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class ProfileCanaryStatus:
     """A scheduling profile canary (``/v1/scheduling-profiles/canary``): the candidate, the
     profile in force when it started, its share of new workloads, the placement-delay samples
@@ -217,7 +223,7 @@ class ProfileCanaryStatus:
     scores: CanaryGroups
     outcome_samples: Annotated[CanarySamples, {"description": "outcomes against SLA counted (the guard)"}]
     outcome_scores: CanaryGroups
-    classes: Annotated[list[ProfileCanaryClass], {"description": "the same signals per workload kind"}]
+    classes: Annotated[list[CanaryClass], {"description": "the same signals per workload kind"}]
     events: list[CanaryEvent]
     failure: Annotated[str, {"description": "why the controller stopped early, if it did"}]
 
@@ -233,7 +239,7 @@ class ProfileCanaryStatus:
             scores=CanaryGroups(**d["scores"]),
             outcome_samples=CanarySamples(**d["outcome_samples"]),
             outcome_scores=CanaryGroups(**d["outcome_scores"]),
-            classes=[ProfileCanaryClass.of(c) for c in d["classes"]],
+            classes=[CanaryClass.of(c) for c in d["classes"]],
             events=[CanaryEvent(**e) for e in d["events"]],
             failure=d["failure"],
         )

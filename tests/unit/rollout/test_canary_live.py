@@ -209,3 +209,48 @@ def test_nodes_on_mains_give_no_drain_samples() -> None:
         canary.observe_power(live, "battery", None)
         canary.observe_power(live, "mains", 70.0)
     assert canary.describe()["drain_samples"] == {"canary": 0, "control": 0}
+
+
+async def test_a_version_that_hurts_one_node_type_only_is_rolled_back_by_that_types_guard(
+    tmp_path: Path,
+) -> None:
+    """Eighty nodes, one of the canary's forty an edge board: its decisions' regret is high, every
+    other node's low. In the pooled window of 30 samples that one node sits under the 95th
+    percentile; the edge boards' own guard sees it."""
+    store = await _store_with_a_version(tmp_path)
+    try:
+        registry = PolicyRegistry(store)
+        hub = StandInHub()
+        hub.nodes = {f"n{i:02d}": NodeLive(f"n{i:02d}", "c", "Ready", "b", 3.0, 0.0) for i in range(80)}
+        now = [0.0]
+        config = RolloutConfig(
+            steps=(0.5, 1.0), dwell_s=600, sustain_s=2, threshold=0.5, min_samples=5, recent=30
+        )
+        canary = LiveCanary(
+            version=1, config=config, registry=registry, hub=hub, wake=lambda: None, by="t",
+            clock=lambda: now[0],
+        )  # fmt: skip
+        await canary.tick()  # half the nodes
+        control = sorted(set(hub.nodes) - set(canary.nodes))
+        for name, live in hub.nodes.items():
+            live.policy_version = 1 if name in canary.nodes else None
+            live.node_type = "server"
+        bad = canary.nodes[0]
+        for name in (bad, *control[:2]):
+            hub.nodes[name].node_type = "edge"
+        for step in range(60):
+            now[0] = step * 0.5
+            for name, live in hub.nodes.items():
+                canary.observe(live, 1.0 if name == bad else 0.01)
+            await canary.tick()
+            if canary.state != "canary":
+                break
+        assert canary.state == "rolled_back", canary.describe()
+        described = canary.describe()
+        assert described["events"][-1]["reason"].startswith("edge nodes' decision regret: canary score")
+        assert described["scores"]["canary"] <= 0.5  # the pooled signal did not see it
+        regret = {c["name"]: c["signals"][0] for c in described["classes"]}
+        assert regret["edge"]["signal"] == "regret" and regret["edge"]["scores"]["canary"] > 0.5
+        assert regret["server"]["scores"]["canary"] <= 0.5
+    finally:
+        await store.close()

@@ -276,9 +276,10 @@ async def test_a_candidate_that_delays_one_kind_only_is_reverted_by_that_kinds_g
             "inference workloads' placement delay: canary score"
         )
         assert described["scores"]["canary"] <= 1.0  # the pooled signal did not see it
-        classes = {c["kind"]: c for c in described["classes"]}
-        assert classes["inference"]["scores"]["canary"] > 1.0 >= classes["batch"]["scores"]["canary"]
-        assert classes["inference"]["samples"]["canary"] >= 3
+        delay = {c["name"]: c["signals"][0] for c in described["classes"]}
+        assert delay["inference"]["signal"] == "delay"
+        assert delay["inference"]["scores"]["canary"] > 1.0 >= delay["batch"]["scores"]["canary"]
+        assert delay["inference"]["samples"]["canary"] >= 3
     finally:
         await store.close()
 

@@ -115,6 +115,7 @@ async def _samples() -> dict[type, list[Any]]:
             "outcome_samples": {"canary": 2, "control": 5},
             "drain_scores": {"canary": 0.0, "control": 0.0},
             "drain_samples": {"canary": 0, "control": 3},
+            "classes": [],
             "nodes": ["n1"],
             "failure": "",
         }
@@ -245,11 +246,19 @@ async def _samples() -> dict[type, list[Any]]:
                 "outcome_scores": {"canary": 1.5, "control": 0.0},
                 "classes": [
                     {
-                        "kind": "inference",
-                        "samples": {"canary": 3, "control": 5},
-                        "scores": {"canary": 2.0, "control": 0.0},
-                        "outcome_samples": {"canary": 0, "control": 0},
-                        "outcome_scores": {"canary": 0.0, "control": 0.0},
+                        "name": "inference",
+                        "signals": [
+                            {
+                                "signal": "delay",
+                                "samples": {"canary": 3, "control": 5},
+                                "scores": {"canary": 2.0, "control": 0.0},
+                            },
+                            {
+                                "signal": "outcomes",
+                                "samples": {"canary": 0, "control": 0},
+                                "scores": {"canary": 0.0, "control": 0.0},
+                            },
+                        ],
                     }
                 ],
                 "failure": "",
@@ -266,6 +275,7 @@ async def _samples() -> dict[type, list[Any]]:
         canary.scores,
         *canary.events,
         *profile_canary.classes,
+        *profile_canary.classes[0].signals,
         node.power,
         *views.Workload.of(workload, placements).placements,
         function.stats,
