@@ -37,14 +37,12 @@ from controlplane.errors import ConflictError, NotFoundError
 from controlplane.fleet.nodes import NodeLive
 from controlplane.policies.registry import PolicyRegistry
 from controlplane.rollout.controller import (
-    CanaryController,
     ClassGuards,
     Group,
     RolloutConfig,
     guard,
-    judge,
-    resume_kept,
 )
+from controlplane.rollout.live import LiveRollout
 from controlplane.store.models import PolicyCanaryRow
 from controlplane.store.store import Store
 
@@ -79,7 +77,7 @@ class CanaryHub(Protocol):
     def power_listeners(self) -> list[Callable[[NodeLive, str, float | None], None]]: ...
 
 
-class LiveCanary:
+class LiveCanary(LiveRollout):
     """One version's canary, from its start to its promotion or rollback."""
 
     def __init__(
@@ -95,21 +93,13 @@ class LiveCanary:
         drain_window_s: float = DRAIN_WINDOW_S,
         drain_span_s: float = DRAIN_SPAN_S,
     ) -> None:
+        super().__init__(config, wake=wake, by=by, clock=clock)
         self.version = version
         self.registry = registry
         self.hub = hub
-        self.wake = wake
-        self.by = by
-        self.clock = clock
-        self.started = clock()
-        self.started_at = time.time()
-        self.controller = CanaryController(config, start_s=0.0)
-        # The guards: the same rules over other samples of each group's nodes. They never step or
-        # promote; their rollback is the canary's, its reason named by the guard.
-        # Outcomes: work with an SLA (latency over SLA, capped; a failure counts the cap).
-        self.outcomes = guard(config)
-        # Energy: the battery drain (percent per hour) of the group's nodes on battery, one
-        # sample per node per ``drain_window_s``.
+        # The guards beside the outcomes' (LiveRollout): the same rules over other samples of
+        # each group's nodes. Energy: the battery drain (percent per hour) of the group's nodes
+        # on battery, one sample per node per ``drain_window_s``.
         self.drain = guard(config)
         # The three signals per node type (edge boards, servers, ...), each judged on its own: a
         # version that hurts one class of node only is not hidden by the others.
@@ -124,14 +114,6 @@ class LiveCanary:
         self._levels: dict[str, deque[tuple[float, float]]] = {}  # node -> (t, battery %) on battery
         self._drain_sampled: dict[str, float] = {}  # node -> when its last sample was taken
         self.nodes: list[str] = []
-        self.acted = 0  # controller events already acted on
-        # What has been done (the controller decides first; the store and the nodes follow).
-        self.state = "canary"
-        self.fraction = 0.0
-        self.failure = ""
-
-    def _t(self) -> float:
-        return self.clock() - self.started
 
     def _group(self, live: NodeLive | None) -> Group | None:
         """The group a node's sample counts in while the canary runs (None: not counted): canary
@@ -182,16 +164,7 @@ class LiveCanary:
 
     async def tick(self) -> None:
         """Let the controller judge on the clock, and act on what it decided since the last tick."""
-        judge(self.controller, [*self._pooled, *self.by_type.guards()], self._t())
-        events = self.controller.events
-        while self.acted < len(events):
-            event = events[self.acted]
-            await self._act(event.kind, event.fraction, event.reason, event.to_dict())
-            # Only once done (a failed act is done again at the next tick), and together, so that
-            # a reader never sees a state without the event that led to it.
-            self.acted += 1
-            self.state = {"promote": "promoted", "rollback": "rolled_back"}.get(event.kind, "canary")
-            self.fraction = event.fraction
+        await self._decide([*self._pooled, *self.by_type.guards()], self._t())
 
     async def _act(self, kind: str, fraction: float, reason: str, data: dict[str, Any]) -> None:
         if kind in ("start", "step"):
@@ -310,8 +283,8 @@ class LiveCanary:
             drain_window_s=float(drain.get("window_s", DRAIN_WINDOW_S)),
             drain_span_s=float(drain.get("span_s", DRAIN_SPAN_S)),
         )
-        if resume_kept(
-            canary, config, started_at=row.started_at, step=row.step, fraction=row.fraction, events=row.events
+        if canary._resume(
+            config, started_at=row.started_at, step=row.step, fraction=row.fraction, events=row.events
         ):
             canary.nodes = list(row.nodes)
         return canary

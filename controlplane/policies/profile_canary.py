@@ -52,11 +52,9 @@ from controlplane.rollout.controller import (
     Group,
     RolloutConfig,
     RolloutEvent,
-    guard,
-    judge,
-    resume_kept,
     rollout_config,
 )
+from controlplane.rollout.live import LiveRollout
 from controlplane.scheduling.profiles import BUILTIN_PROFILES, Profile, load_profile, parse_profile
 from controlplane.schema import Custom, Field, Model, Number
 from controlplane.store.models import ProfileCanaryRow
@@ -160,7 +158,7 @@ PROFILE_CANARY: Model[ProfileCanaryRequest] = Model(
 )
 
 
-class ProfileCanary:
+class ProfileCanary(LiveRollout):
     """One candidate profile's canary, from its start to its promotion or rollback."""
 
     def __init__(
@@ -174,30 +172,19 @@ class ProfileCanary:
         by: str,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # The outcome guard (LiveRollout's) by the workload's group: a profile that places at once
+        # but badly (work that runs slower or fails where it put it) is rolled back by it.
+        super().__init__(config, wake=wake, by=by, clock=clock)
         self.candidate = candidate
         self.previous = placer.current_profile
         self.placer = placer
         self.store = store
-        self.wake = wake
-        self.by = by
-        self.clock = clock
-        self.started = clock()
-        self.started_at = time.time()
-        self.controller = CanaryController(config, start_s=0.0)
-        # The outcome guard: the same rules over each placement's latency against its workload's
-        # SLA (a failure counts the cap), by the workload's group: a profile that places at once
-        # but badly (work that runs slower or fails where it put it) is rolled back by it.
-        self.outcomes = guard(config)
         # The same two signals per workload kind (batch, service, analytics, inference): a
         # profile that hurts one kind only (a few workloads in the pooled window, under its
         # percentile) is not hidden by the others.
         self.by_kind = ClassGuards(
             config, {"delay": "placement delay", "outcomes": "outcomes against SLA"}, "workloads"
         )
-        self.state = "canary"
-        self.fraction = 0.0
-        self.failure = ""
-        self.acted = 0
         self._share = 0  # percent of workload buckets in the canary group now
         # Workload id -> [its group, when it was first asked for, placed yet, when last asked, its
         # kind]: sticky groups.
@@ -205,9 +192,6 @@ class ProfileCanary:
         self._kinds_seen: set[str] = set()
         self.base = placer.base_profile
         self.row_id: int | None = None  # its row in ``profile_canaries`` once recorded
-
-    def _t(self) -> float:
-        return self.clock() - self.started
 
     def profile_for(self, workload_id: str, kind: str = "") -> Profile | None:
         """The placer's question for each workload it places (with the workload's kind): the
@@ -265,14 +249,7 @@ class ProfileCanary:
         t = self._t()
         if self.controller.state == "canary":
             self._sample_waiting(t)
-        judge(self.controller, self._guards(), t)
-        events = self.controller.events
-        while self.acted < len(events):
-            event = events[self.acted]
-            await self._act(event.kind, event.fraction, event.reason, event.to_dict())
-            self.acted += 1
-            self.state = {"promote": "promoted", "rollback": "rolled_back"}.get(event.kind, "canary")
-            self.fraction = event.fraction
+        await self._decide(self._guards(), t)
 
     def _guards(self) -> list[tuple[CanaryController, str]]:
         return [(self.outcomes, "outcomes against SLA"), *self.by_kind.guards()]
@@ -368,8 +345,8 @@ class ProfileCanary:
             clock=clock,
         )
         canary.row_id = row.id
-        if resume_kept(
-            canary, config, started_at=row.started_at, step=row.step, fraction=row.fraction, events=row.events
+        if canary._resume(
+            config, started_at=row.started_at, step=row.step, fraction=row.fraction, events=row.events
         ):  # its share in force now
             canary._share = max(1, round(row.fraction * 100))
             placer.profile_for = canary.profile_for

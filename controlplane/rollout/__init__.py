@@ -9,8 +9,11 @@ production group, and a controller that steps the canary up, promotes it or roll
   workloads to the canary policy and the rest to the profile's own pick, and feeds each
   workload's outcome to the controller under its group.
 
-The simulator (``controlplane simulate --canary-model``) runs it today; the live hub does not
-yet (see docs/policy.md).
+* :mod:`.live`: :class:`LiveRollout`, what the hub's live canaries share (the clock, the
+  controller and outcome guard, acting on each decision, resuming from the store).
+
+The simulator runs it (``controlplane simulate --canary-model``), and the live hub for policy
+versions and scheduling profiles (``controlplane/policies/``, docs/policy.md).
 """
 
 from controlplane.rollout.anomaly import AnomalyWindow

@@ -18,11 +18,10 @@ Pure and clocked by the caller (simulated or wall seconds); every decision is a
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 
@@ -37,7 +36,6 @@ __all__ = [
     "RolloutState",
     "guard",
     "judge",
-    "resume_kept",
     "rollout_config",
 ]
 
@@ -243,42 +241,6 @@ def judge(controller: CanaryController, guards: Sequence[tuple[CanaryController,
         watcher.evaluate(t_s)
         if watcher.state == "rolled_back" and controller.state == "canary":
             controller.roll_back(t_s, f"{what}: {watcher.events[-1].reason}")
-
-
-class KeptCanary(Protocol):
-    """What :func:`resume_kept` sets on a live canary (the model's or a scheduling profile's)."""
-
-    clock: Callable[[], float]
-    started: float
-    started_at: float
-    controller: CanaryController
-    fraction: float
-    acted: int
-
-
-def resume_kept(
-    canary: KeptCanary,
-    config: RolloutConfig,
-    *,
-    started_at: float,
-    step: int,
-    fraction: float,
-    events: list[dict[str, Any]],
-) -> bool:
-    """A canary kept in the store, going on: its clock counting from its first start, and, when
-    it had acted (``events``), its controller at ``step`` with its timeline, windows empty and the
-    step's dwell started again. False when it had not acted yet (its hub stopped before its first
-    share: it starts now)."""
-    canary.started = canary.clock() - max(0.0, time.time() - started_at)
-    canary.started_at = started_at
-    kept = [RolloutEvent(**e) for e in events]
-    if not kept:
-        return False
-    t_s = canary.clock() - canary.started
-    canary.controller = CanaryController.resume(config, step=step, events=kept, t_s=t_s)
-    canary.acted = len(kept)
-    canary.fraction = fraction
-    return True
 
 
 class ClassGuards:

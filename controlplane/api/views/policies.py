@@ -137,6 +137,22 @@ class CanaryClass:
         return cls(name=d["name"], signals=signals)
 
 
+def _canary_fields(d: dict[str, Any]) -> dict[str, Any]:
+    """What both live canaries describe alike (``rollout.live.LiveRollout``): state, share, the
+    controller's and the outcome guard's samples and scores, the classes, timeline, failure."""
+    return {
+        "state": d["state"],
+        "fraction": d["fraction"],
+        "samples": CanarySamples(**d["samples"]),
+        "scores": CanaryGroups(**d["scores"]),
+        "outcome_samples": CanarySamples(**d["outcome_samples"]),
+        "outcome_scores": CanaryGroups(**d["outcome_scores"]),
+        "classes": [CanaryClass.of(c) for c in d["classes"]],
+        "events": [CanaryEvent(**e) for e in d["events"]],
+        "failure": d["failure"],
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class CanaryStatus:
     """A live canary (``/v1/policies/{version}/canary``): its state, the share of nodes it has,
@@ -163,18 +179,10 @@ class CanaryStatus:
         d: dict[str, Any] = dict(described)
         return cls(
             version=d["version"],
-            state=d["state"],
-            fraction=d["fraction"],
-            samples=CanarySamples(**d["samples"]),
-            scores=CanaryGroups(**d["scores"]),
-            outcome_samples=CanarySamples(**d["outcome_samples"]),
-            outcome_scores=CanaryGroups(**d["outcome_scores"]),
+            **_canary_fields(d),
             drain_samples=CanarySamples(**d["drain_samples"]),
             drain_scores=CanaryGroups(**d["drain_scores"]),
-            classes=[CanaryClass.of(c) for c in d["classes"]],
-            events=[CanaryEvent(**e) for e in d["events"]],
             nodes=list(d["nodes"]),
-            failure=d["failure"],
         )
 
 
@@ -230,19 +238,7 @@ class ProfileCanaryStatus:
     @classmethod
     def of(cls, described: dict[str, object]) -> ProfileCanaryStatus:
         d: dict[str, Any] = dict(described)
-        return cls(
-            profile=d["profile"],
-            previous=d["previous"],
-            state=d["state"],
-            fraction=d["fraction"],
-            samples=CanarySamples(**d["samples"]),
-            scores=CanaryGroups(**d["scores"]),
-            outcome_samples=CanarySamples(**d["outcome_samples"]),
-            outcome_scores=CanaryGroups(**d["outcome_scores"]),
-            classes=[CanaryClass.of(c) for c in d["classes"]],
-            events=[CanaryEvent(**e) for e in d["events"]],
-            failure=d["failure"],
-        )
+        return cls(profile=d["profile"], previous=d["previous"], **_canary_fields(d))
 
 
 @dataclass(frozen=True, slots=True)
