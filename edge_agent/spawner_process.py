@@ -141,13 +141,17 @@ class Spawner:
         except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError, IndexError) as exc:
             number = exc.errno if isinstance(exc, OSError) else 0
             text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            self.send({"op": "failed", "id": start_id, "errno": number or 0, "message": text})
+            reply: dict[str, Any] = {"op": "failed", "id": start_id, "errno": number or 0, "message": text}
         else:
             self.children[popen.pid] = popen
-            self.send({"op": "started", "id": start_id, "pid": popen.pid})
+            reply = {"op": "started", "id": start_id, "pid": popen.pid}
         finally:
+            # Our copies go before the agent hears "started": after it, the unit holds the only
+            # ends, so a unit that closed its input makes the agent's first write fail (EPIPE)
+            # instead of filling a pipe nobody reads.
             for fd in fds:
                 os.close(fd)
+        self.send(reply)
 
     def reap(self) -> None:
         """Every exited child's code to the agent (only ours: Popen's own table stays empty)."""
