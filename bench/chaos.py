@@ -22,7 +22,13 @@ the function's timeout + 10 s), run twice, and finished-but-failed (ran to its e
 a result thrown away).
 
     python bench/chaos.py --agents 3 --kills 10 --seed 42 [--scenarios nats,hub,agent,partition]
-                          [--json out.json]
+                          [--hubs 3 --database-url postgresql://...] [--json out.json]
+
+``--hubs N`` (N > 1) runs N hub replicas on a fresh PostgreSQL database (``--database-url``'s
+server, dropped afterwards) instead of one hub on SQLite: the first leads, the others stand by
+and forward the API to it (``docs/operations.md``), and the load's client sends each call to the
+next replica in turn, moving on when one refuses the connection. A ``hub`` hit then kills the hub
+leading at that moment (the one a kill hurts: a standby takes over within its lock poll).
 
 ``--json`` writes ``{"scenarios": {NAME: {"accepted", "completed", "lost", "duplicated",
 "overlapping", "hung", "workloads": {...}, "invocations": {...}}}, "totals": {...}}``: the headline
@@ -125,7 +131,15 @@ class Fleet:
     """The processes of a scenario, each restartable on the same ports and data dirs."""
 
     def __init__(
-        self, root: Path, agents: int, *, netns: NetworkNamespace | None, run_as: str | None
+        self,
+        root: Path,
+        agents: int,
+        *,
+        netns: NetworkNamespace | None,
+        run_as: str | None,
+        hubs: int = 1,
+        database_url: str | None = None,
+        hub_lease_s: float = 15.0,
     ) -> None:
         self.root = root
         # In the partition scenario everything meets at the veth's host address (local to this
@@ -133,10 +147,12 @@ class Fleet:
         self.host = netns.host_ip if netns is not None else "127.0.0.1"
         self.netns = netns
         self.run_as = run_as
+        self.database_url = database_url  # several hubs share it; one hub keeps its SQLite file
+        self.hub_lease_s = hub_lease_s
         self.nats_port = free_port(self.host)
-        self.api_port = free_port()
+        self.api_ports = [free_port() for _ in range(hubs)]
         self.nats: NatsServer | None = None
-        self.hub: subprocess.Popen[bytes] | None = None
+        self.hubs: list[subprocess.Popen[bytes] | None] = [None] * hubs
         self.agents: dict[str, subprocess.Popen[bytes] | None] = {f"c{i + 1}": None for i in range(agents)}
         self.log = open(root / "fleet.log", "ab")
 
@@ -145,19 +161,26 @@ class Fleet:
         return f"nats://{self.host}:{self.nats_port}"
 
     @property
-    def api(self) -> str:
-        return f"http://127.0.0.1:{self.api_port}"
+    def apis(self) -> list[str]:
+        return [f"http://127.0.0.1:{port}" for port in self.api_ports]
 
     def start_nats(self) -> None:
         self.nats = NatsServer(host=self.host, port=self.nats_port).start()
 
-    def start_hub(self) -> None:
-        self.hub = subprocess.Popen(
+    def start_hub(self, index: int = 0) -> None:
+        several = len(self.hubs) > 1
+        replica = (
+            ["--database-url", str(self.database_url), "--hub-lease-s", str(self.hub_lease_s),
+             "--advertise-url", self.apis[index], "--secrets-key", str(self.root / "secrets.key")]
+            if several else []
+        )  # fmt: skip
+        self.hubs[index] = subprocess.Popen(
             [sys.executable, "-m", "controlplane.cli", "serve", "--nats", self.nats_url, "--port",
-             str(self.api_port), "--data-dir", str(self.root / "hub"), "--rate-limit", "0",
-             "--log-level", "INFO", "--nats-connect-timeout", "60",
-             "--federation", str(self.root / "federation.yaml")],
-            stdout=self.log, stderr=self.log, env={**os.environ, "EDGEPLANE_DATABASE_URL": ""},
+             str(self.api_ports[index]), "--data-dir", str(self.root / _hub_dir(index)),
+             "--rate-limit", "0", "--log-level", "INFO", "--nats-connect-timeout", "60",
+             "--federation", str(self.root / "federation.yaml"), *replica],
+            stdout=self.log, stderr=self.log,
+            env={**os.environ, "EDGEPLANE_DATABASE_URL": "" if not several else str(self.database_url)},
         )  # fmt: skip
 
     def start_agent(self, name: str) -> None:
@@ -176,9 +199,11 @@ class Fleet:
         if what == "nats" and self.nats is not None and self.nats.process is not None:
             self.nats.process.kill()
             self.nats.process.wait()
-        elif what == "hub" and self.hub is not None:
-            self.hub.kill()
-            self.hub.wait()
+        elif what.startswith("hub"):
+            process = self.hubs[_hub_index(what)]
+            if process is not None:
+                process.kill()
+                process.wait()
         elif what in self.agents and self.agents[what] is not None:
             process = self.agents[what]
             assert process is not None
@@ -188,16 +213,16 @@ class Fleet:
     def restart(self, what: str) -> None:
         if what == "nats":
             self.start_nats()
-        elif what == "hub":
-            self.start_hub()
+        elif what.startswith("hub"):
+            self.start_hub(_hub_index(what))
         else:
             self.start_agent(what)
 
     def stop(self) -> None:
-        for process in [*self.agents.values(), self.hub]:
+        for process in [*self.agents.values(), *self.hubs]:
             if process is not None and process.poll() is None:
                 process.terminate()
-        for process in [*self.agents.values(), self.hub]:
+        for process in [*self.agents.values(), *self.hubs]:
             if process is not None:
                 try:
                     process.wait(timeout=15)
@@ -208,28 +233,99 @@ class Fleet:
         self.log.close()
 
 
+def _hub_dir(index: int) -> str:
+    return "hub" if index == 0 else f"hub{index + 1}"
+
+
+def _hub_index(what: str) -> int:
+    """``hub`` is the only hub; ``hub3`` the third replica."""
+    return int(what[3:]) - 1 if what[3:] else 0
+
+
+class Apis:
+    """The client's addresses of the API: each call goes to the next replica in turn, so a
+    retry after a refused connection reaches another one (one hub: always the same)."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.turn = 0
+
+    def __call__(self, path: str) -> str:
+        self.turn = (self.turn + 1) % len(self.urls)
+        return self.urls[self.turn] + path
+
+
+async def _leading_hub(session: aiohttp.ClientSession, fleet: Fleet) -> int | None:
+    """The replica whose ``/readyz`` says it leads (a standby's is 503), or None."""
+    for index, url in enumerate(fleet.apis):
+        if fleet.hubs[index] is None:
+            continue
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with session.get(url + "/readyz", timeout=aiohttp.ClientTimeout(total=1)) as response:
+                if response.status == 200:
+                    return index
+    return None
+
+
+async def fresh_database(base: str, prefix: str) -> tuple[str, str]:
+    """A new database on ``base``'s server: (its URL, its name)."""
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(base)
+    admin = await asyncpg.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
+    name = f"{prefix}_{os.getpid()}_{int(time.time())}"
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return parsed.set(drivername="postgresql", database=name).render_as_string(hide_password=False), name
+
+
+async def drop_database(base: str, name: str) -> None:
+    import asyncpg
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(base)
+    admin = await asyncpg.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
 async def _call(
     session: aiohttp.ClientSession, method: str, url: str, *, timeout_s: float = 10.0, **kwargs: Any
 ) -> tuple[int, Any]:
+    status, body, _ = await _call_retry_after(session, method, url, timeout_s=timeout_s, **kwargs)
+    return status, body
+
+
+async def _call_retry_after(
+    session: aiohttp.ClientSession, method: str, url: str, *, timeout_s: float = 10.0, **kwargs: Any
+) -> tuple[int, Any, bool]:
+    """Status, body, and whether the answer asks to be retried (``Retry-After``: a standby with no
+    leader, a leader lost mid-request, the store away; the same key makes the retry safe)."""
     async with session.request(
         method, url, timeout=aiohttp.ClientTimeout(total=timeout_s), **kwargs
     ) as response:
-        return response.status, await response.json(content_type=None)
+        body = await response.json(content_type=None)
+        return response.status, body, response.status == 503 and "Retry-After" in response.headers
 
 
 async def _retrying(
-    session: aiohttp.ClientSession, method: str, url: str, deadline: float, **kwargs: Any
+    session: aiohttp.ClientSession, method: str, api: Apis, path: str, deadline: float, **kwargs: Any
 ) -> Any:
     """A call retried while the hub is down (what a client does); the body of the first 2xx."""
     while time.monotonic() < deadline:
         try:
-            status, body = await _call(session, method, url, **kwargs)
+            status, body = await _call(session, method, api(path), **kwargs)
             if status < 300:
                 return body
         except (aiohttp.ClientError, TimeoutError, ValueError):
             pass
         await asyncio.sleep(0.5)
-    raise TimeoutError(f"{method} {url}: no answer before the deadline")
+    raise TimeoutError(f"{method} {path}: no answer before the deadline")
 
 
 @dataclass(slots=True)
@@ -249,15 +345,15 @@ class Load:
     invocations: list[Invocation] = field(default_factory=list)
 
 
-async def _invoke_sync(session: aiohttp.ClientSession, api: str, invocation: Invocation, body: Any) -> None:
+async def _invoke_sync(session: aiohttp.ClientSession, api: Apis, invocation: Invocation, body: Any) -> None:
     """POST the invocation (retrying with its key while the hub is away or it is still running)
     until a final answer or its timeout + 10 s."""
     began = time.monotonic()
     deadline = began + FUNCTION_TIMEOUT_S + 10
     while time.monotonic() < deadline:
         try:
-            status, answer = await _call(
-                session, "POST", f"{api}/v1/functions/chaos/invoke", json=body,
+            status, answer, retry = await _call_retry_after(
+                session, "POST", api("/v1/functions/chaos/invoke"), json=body,
                 headers={"Idempotency-Key": invocation.key}, timeout_s=max(1.0, deadline - time.monotonic()),
             )  # fmt: skip
         except (aiohttp.ClientError, TimeoutError, ValueError):
@@ -265,8 +361,8 @@ async def _invoke_sync(session: aiohttp.ClientSession, api: str, invocation: Inv
             continue
         if status == 200:
             invocation.outcome = "ok" if answer == {"key": body["key"]} else "failed"
-        elif status == 409 or (status >= 500 and not isinstance(answer, dict)):
-            await asyncio.sleep(0.5)  # still running (a retry), or the hub is starting
+        elif status == 409 or retry or (status >= 500 and not isinstance(answer, dict)):
+            await asyncio.sleep(0.5)  # still running (a retry), the hub is starting or no hub leads
             continue
         else:
             invocation.outcome = "failed"
@@ -276,7 +372,7 @@ async def _invoke_sync(session: aiohttp.ClientSession, api: str, invocation: Inv
     invocation.seconds = time.monotonic() - began
 
 
-async def _invoke_async(session: aiohttp.ClientSession, api: str, invocation: Invocation, body: Any) -> None:
+async def _invoke_async(session: aiohttp.ClientSession, api: Apis, invocation: Invocation, body: Any) -> None:
     """POST with ?async=1 (retried with its key), then poll until it ends or its timeout + 10 s."""
     began = time.monotonic()
     deadline = began + FUNCTION_TIMEOUT_S + 10
@@ -284,7 +380,7 @@ async def _invoke_async(session: aiohttp.ClientSession, api: str, invocation: In
     while time.monotonic() < deadline and not invocation_id:
         try:
             status, answer = await _call(
-                session, "POST", f"{api}/v1/functions/chaos/invoke?async=1", json=body,
+                session, "POST", api("/v1/functions/chaos/invoke?async=1"), json=body,
                 headers={"Idempotency-Key": invocation.key},
             )  # fmt: skip
             if status in (200, 202):
@@ -295,7 +391,7 @@ async def _invoke_async(session: aiohttp.ClientSession, api: str, invocation: In
         await asyncio.sleep(0.5)
     while invocation_id and time.monotonic() < deadline:
         try:
-            status, answer = await _call(session, "GET", f"{api}/v1/invocations/{invocation_id}")
+            status, answer = await _call(session, "GET", api(f"/v1/invocations/{invocation_id}"))
             if status == 200 and answer.get("status") in FINAL:
                 ok = answer["status"] == "Succeeded" and answer.get("result") == {"key": body["key"]}
                 invocation.outcome = "ok" if ok else "failed"
@@ -410,7 +506,22 @@ async def run_scenario(name: str, args: argparse.Namespace, rng: random.Random) 
         f"version: 1\nclusters:\n  - name: default\n    region: local\n{grace}"
     )
     netns = NetworkNamespace(os.getpid()).create() if name == "partition" else None
-    fleet = Fleet(root, args.agents, netns=netns, run_as=_run_as())
+    database: tuple[str, str] | None = None
+    if args.hubs > 1:
+        from controlplane.store.secrets import load_env_cipher
+
+        database = await fresh_database(args.database_url, "edgeplane_chaos")
+        load_env_cipher(root / "secrets.key")  # the replicas share the key of env values at rest
+    fleet = Fleet(
+        root,
+        args.agents,
+        netns=netns,
+        run_as=_run_as(),
+        hubs=args.hubs,
+        database_url=database[0] if database else None,
+        hub_lease_s=args.hub_lease_s,
+    )
+    api = Apis(fleet.apis)
     agents = list(fleet.agents)
     targets = {
         "nats": ["nats"] * args.kills,
@@ -424,28 +535,29 @@ async def run_scenario(name: str, args: argparse.Namespace, rng: random.Random) 
     final: dict[str, str] = {}
     try:
         fleet.start_nats()
-        fleet.start_hub()
-        for agent in agents:
-            fleet.start_agent(agent)
+        fleet.start_hub(0)
         deadline = time.monotonic() + 60
         while not (root / "hub" / "admin.token").exists():
             assert time.monotonic() < deadline, "the hub did not start"
             await asyncio.sleep(0.2)
+        for index in range(1, args.hubs):  # the first leads; the others stand by
+            fleet.start_hub(index)
+        for agent in agents:
+            fleet.start_agent(agent)
         token = (root / "hub" / "admin.token").read_text().strip()
         async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session:
-            await _retrying(session, "GET", fleet.api + "/healthz", time.monotonic() + 60)
+            await _retrying(session, "GET", api, "/healthz", time.monotonic() + 60)
             ready_by = time.monotonic() + 60
             while time.monotonic() < ready_by:
-                _, nodes = await _call(session, "GET", fleet.api + "/v1/nodes")
-                if sum(n["status"] == "Ready" for n in nodes["items"]) == len(agents):
-                    break
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+                    _, nodes = await _call(session, "GET", api("/v1/nodes"))
+                    if sum(n["status"] == "Ready" for n in nodes["items"]) == len(agents):
+                        break
                 await asyncio.sleep(0.5)
             function = {"name": "chaos", "runtime": "python", "source": FUNCTION_SOURCE,
                         "handler": "handle", "memory": "64Mi", "timeout_s": FUNCTION_TIMEOUT_S,
                         "env": {"OUT": str(markers)}}  # fmt: skip
-            await _retrying(
-                session, "POST", fleet.api + "/v1/functions", time.monotonic() + 30, json=function
-            )
+            await _retrying(session, "POST", api, "/v1/functions", time.monotonic() + 30, json=function)
             calls: list[asyncio.Task[None]] = []
 
             async def submit_workloads() -> None:
@@ -454,7 +566,7 @@ async def run_scenario(name: str, args: argparse.Namespace, rng: random.Random) 
                     body = {"name": f"chaos-{i}", "command": command, "env": {"OUT": str(markers)},
                             "resources": {"cpu": 0.2, "memory": "32Mi"}}  # fmt: skip
                     created = await _retrying(
-                        session, "POST", fleet.api + "/v1/workloads", time.monotonic() + 120,
+                        session, "POST", api, "/v1/workloads", time.monotonic() + 120,
                         json=body, headers={"Idempotency-Key": f"chaos-{name}-{args.seed}-{i}"},
                     )  # fmt: skip
                     load.workloads.append(created["id"])
@@ -466,7 +578,7 @@ async def run_scenario(name: str, args: argparse.Namespace, rng: random.Random) 
                     load.invocations.append(invocation)
                     body = {"key": invocation.key, "sleep": round(rng.uniform(0.2, 2.0), 2)}
                     call = _invoke_async if invocation.mode == "async" else _invoke_sync
-                    calls.append(asyncio.create_task(call(session, fleet.api, invocation, body)))
+                    calls.append(asyncio.create_task(call(session, api, invocation, body)))
                     await asyncio.sleep(args.chaos_s / max(1, args.invocations))
 
             async def chaos() -> None:
@@ -489,6 +601,9 @@ async def run_scenario(name: str, args: argparse.Namespace, rng: random.Random) 
                         recovered = time.monotonic()
                         continue
                     outage = rng.uniform(2, 5)
+                    if what == "hub" and args.hubs > 1:  # the one leading now (any, while none does)
+                        leading = await _leading_hub(session, fleet)
+                        what = f"hub{(rng.randrange(args.hubs) if leading is None else leading) + 1}"
                     print(f"  t={now:5.1f}s kill -9 {what}, back in {outage:.1f}s", flush=True)
                     fleet.kill(what)
                     await asyncio.sleep(outage)
@@ -504,7 +619,7 @@ async def run_scenario(name: str, args: argparse.Namespace, rng: random.Random) 
                     if final.get(workload_id) in FINAL:
                         continue
                     try:
-                        status, body = await _call(session, "GET", f"{fleet.api}/v1/workloads/{workload_id}")
+                        status, body = await _call(session, "GET", api(f"/v1/workloads/{workload_id}"))
                         if status == 200:
                             final[workload_id] = body["status"]
                     except (aiohttp.ClientError, TimeoutError, ValueError):
@@ -525,6 +640,8 @@ async def run_scenario(name: str, args: argparse.Namespace, rng: random.Random) 
         fleet.stop()
         if netns is not None:
             netns.delete()
+        if database is not None:
+            await drop_database(args.database_url, database[1])
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -544,6 +661,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     totals = {key: sum(s[key] for s in ran) for key in keys}
     return {
         "seed": args.seed,
+        "hubs": args.hubs,
         "eviction_grace_s": args.eviction_grace,
         "scenarios": scenarios,
         "totals": totals,
@@ -596,16 +714,30 @@ def main() -> int:
         default=None,
         help="the cluster's eviction_grace_s (default: the cluster's, 30 s; 0: re-place at lease expiry)",
     )
+    parser.add_argument("--hubs", type=int, default=1, help="hub replicas (more than 1: on PostgreSQL)")
+    parser.add_argument(
+        "--database-url",
+        default="postgresql://postgres@127.0.0.1:5432/test",
+        help="with --hubs > 1: the PostgreSQL server to make each scenario's database on",
+    )
+    parser.add_argument(
+        "--hub-lease-s", type=float, default=15.0, help="with --hubs > 1: the hubs' --hub-lease-s"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--keep", action="store_true", help="keep each scenario's directory (logs, markers)")
     args = parser.parse_args()
+    if args.hubs < 1:
+        parser.error("--hubs: at least 1")
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
     if unknown:
         parser.error(f"--scenarios: unknown {', '.join(unknown)} (known: {', '.join(SCENARIOS)})")
     result = asyncio.run(run(args))
     grace = "the cluster default" if args.eviction_grace is None else f"{args.eviction_grace:g}s"
-    print(f"\nchaos seed {args.seed}, {args.agents} agents, eviction grace {grace}")
+    hubs = (
+        "1 hub (SQLite)" if args.hubs == 1 else f"{args.hubs} hubs (PostgreSQL, lease {args.hub_lease_s:g}s)"
+    )
+    print(f"\nchaos seed {args.seed}, {hubs}, {args.agents} agents, eviction grace {grace}")
     print(_table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

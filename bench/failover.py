@@ -66,6 +66,8 @@ from chaos import (
     _count_workloads,
     _headline,
     _run_as,
+    drop_database,
+    fresh_database,
 )
 
 from controlplane.natsd import NatsServer, free_port
@@ -333,40 +335,13 @@ async def _leader(session: aiohttp.ClientSession, fleet: Fleet, skip: int | None
     return None
 
 
-async def _fresh_database(base: str) -> tuple[str, str]:
-    """A new database on ``base``'s server: (its URL, its name)."""
-    import asyncpg
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(base)
-    admin = await asyncpg.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
-    name = f"edgeplane_failover_{os.getpid()}_{int(time.time())}"
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    return parsed.set(drivername="postgresql", database=name).render_as_string(hide_password=False), name
-
-
-async def _drop_database(base: str, name: str) -> None:
-    import asyncpg
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(base)
-    admin = await asyncpg.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
-
-
 async def run_scenario(kind: str, args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix=f"edgeplane-failover-{kind}-"))
     markers = root / "markers"
     markers.mkdir()
     os.chmod(root, 0o755)
     os.chmod(markers, 0o777)  # the agents run user code as an unprivileged user
-    url, name = await _fresh_database(args.database_url)
+    url, name = await fresh_database(args.database_url, "edgeplane_failover")
     site_agents = args.site_agents if kind == "leaf-cut" else 0
     fleet = Fleet(root, url, args.agents, args.hub_lease_s, _run_as(), site_agents=site_agents)
     workloads: list[str] = []
@@ -580,7 +555,7 @@ async def run_scenario(kind: str, args: argparse.Namespace, rng: random.Random) 
     finally:
         fleet.stop()
         await fleet.close_links()
-        await _drop_database(args.database_url, name)
+        await drop_database(args.database_url, name)
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
 

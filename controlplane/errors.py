@@ -94,6 +94,15 @@ class UnavailableError(EdgeplaneError):
     http_status = 503
 
 
+class LeaderLostError(UnavailableError):
+    """A standby forwarded the request and the leading hub went away before it answered: unlike a
+    plain ``unavailable`` (nothing reached a leader), the request may have been carried out, so a
+    client retries it with the same ``Idempotency-Key`` (the API then answers the first outcome)
+    or reads what it would have changed."""
+
+    code = "leader_lost"
+
+
 class StoreUnavailableError(UnavailableError):
     """The store cannot be reached or cannot write now (database down, disk full, locked past its
     timeout): the request did nothing lasting, and the same request later may succeed."""

@@ -576,7 +576,13 @@ _AUTH_RESPONSES = {
     # Every authenticated request reads the store (its token): a store that is away or cannot
     # write (database down, disk full) is a 503 with Retry-After, never a 500.
     "503": {
-        **_json(_ref("Error"), "The store is unavailable (code `unavailable`); retry after Retry-After"),
+        **_json(
+            _ref("Error"),
+            "The store is unavailable, or (through a standby) no hub leads now (code `unavailable`: "
+            "nothing was done); or a standby's leader went away before answering (code "
+            "`leader_lost`: it may have been done, so retry with the same Idempotency-Key). Retry "
+            "after Retry-After",
+        ),
         "headers": {
             "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer", "minimum": 1}}
         },

@@ -26,7 +26,7 @@ import aiohttp
 from aiohttp import web
 
 from controlplane.coordination import forwarded
-from controlplane.errors import StartupError, UnavailableError, error_body
+from controlplane.errors import LeaderLostError, StartupError, UnavailableError, error_body
 
 __all__ = ["FORWARD_TIMEOUT_S", "RETRY_AFTER_S", "LeaderLookup", "start_standby_site"]
 
@@ -61,8 +61,15 @@ _NO_LEADER = UnavailableError(
 )
 
 
-def _unavailable() -> web.Response:
-    return web.json_response(error_body(_NO_LEADER), status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+# Sent to the leader, no answer: it may have acted on it (the connection is not a receipt).
+_LEADER_LOST = LeaderLostError(
+    "the leading hub went away before it answered; the request may have been carried out: retry it "
+    "with the same Idempotency-Key, or read what it would have changed"
+)
+
+
+def _unavailable(error: UnavailableError = _NO_LEADER) -> web.Response:
+    return web.json_response(error_body(error), status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 async def _livez(request: web.Request) -> web.Response:
@@ -143,17 +150,19 @@ class _Forwarder:
             await asyncio.wait({opening, closing}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             closing.cancel()
-        if not opening.done():
+        if not opening.done():  # this standby takes over: the frozen leader had the request
             opening.cancel()
             with contextlib.suppress(BaseException):
                 await opening
-            return _unavailable()
+            return _unavailable(_LEADER_LOST)
         try:
             upstream = opening.result()
         except (aiohttp.ClientError, TimeoutError) as exc:
             self._known = (float("-inf"), None)  # ask the store again next time
             log.info("standby: the leading hub at %s did not answer: %s", url, type(exc).__name__)
-            return _unavailable()
+            # Refused at connect: it never had the request. Any other break came after sending it.
+            delivered = not isinstance(exc, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError))
+            return _unavailable(_LEADER_LOST if delivered else _NO_LEADER)
         try:
             reply = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for key, value in upstream.headers.items():
