@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from collections import Counter
@@ -31,6 +32,7 @@ from typing import Any
 from edgeplane_contract.aio import log_failure, stop_task
 from edgeplane_contract.messages import FunctionCode, FunctionInstance, PrewarmAckV1
 
+from controlplane.errors import StoreUnavailableError
 from controlplane.fleet.nodes import FunctionHost
 from controlplane.serverless.estimates import Estimates, FunctionStats
 from controlplane.serverless.history import InvocationHistory
@@ -39,6 +41,7 @@ from controlplane.serverless.keepalive import Policy
 from controlplane.serverless.outcome import InvocationOutcome
 from controlplane.serverless.records import InvocationRecords
 from controlplane.serverless.registry import FunctionRegistry
+from controlplane.serverless.replay import replay_in_slices, stored_arrivals
 from controlplane.serverless.retire import Retirements
 from controlplane.serverless.settings import ServerlessSettings
 from controlplane.serverless.spec import FunctionSpec
@@ -89,6 +92,8 @@ class FunctionService:
         self.records = InvocationRecords(hub, registry=self.registry, invoker=self.invoker, spawn=self._spawn)
         self.retirements = Retirements(hub, self.registry, self._spawn)
         self.history = InvocationHistory(hub, self.counters, retention_s=self.settings.invocation_retention_s)
+        # Set once the stored arrivals are replayed into the policy (or there was nothing to do).
+        self.replayed = asyncio.Event()
         # The collaborators' state, under the names the hub, the API and tests read.
         self.specs = self.registry.specs
         self.instances = self.warmth.instances
@@ -111,12 +116,55 @@ class FunctionService:
         async with self.hub.store.session() as s:
             await self.registry.load(s)
             in_flight, functions = await self.records.resume(s)
+        if self.settings.replay_arrivals > 0:
+            self._spawn(self._replay_arrivals())
+        else:
+            self.replayed.set()
 
         if in_flight:
             log.info(
                 "%d invocation(s) were running when the previous hub ended: asking the agents", len(in_flight)
             )
             self._spawn(self.records.recover(in_flight, functions))
+
+    async def _replay_arrivals(self) -> None:
+        """What the policy learned before this hub started, from the stored arrivals: replayed
+        into a copy of the (still empty) policy while the hub serves, then the live arrivals of
+        the meantime on top, then the copy in place of the policy (unless it was replaced)."""
+        began = time.perf_counter()
+        serving = self.warmth.policy
+        learned = copy.deepcopy(serving)
+        self.warmth.hold_arrivals()
+        try:
+            wall = time.time()
+            clock = asyncio.get_running_loop().time()
+            async with self.hub.store.session() as s:
+                arrivals = await stored_arrivals(
+                    s,
+                    since=wall - self.settings.invocation_retention_s,
+                    before=wall,  # those since are live: held, fed below
+                    limit=self.settings.replay_arrivals,
+                )
+            count = await replay_in_slices(learned, arrivals, wall_now=wall, clock_now=clock)
+            held = self.warmth.release_arrivals()
+            if self.warmth.policy is not serving:
+                log.info("keep-alive: the policy was replaced while replaying: the replay is dropped")
+                return
+            for name, t, exec_s, concurrency in held:
+                learned.observe_invocation(name, t, exec_s, concurrency=concurrency)
+            self.warmth.policy = learned
+            if count.arrivals:
+                log.info(
+                    "keep-alive: %d stored arrival(s) of %d function(s) replayed in %.2fs",
+                    count.arrivals,
+                    count.functions,
+                    time.perf_counter() - began,
+                )
+        except StoreUnavailableError as exc:
+            log.warning("keep-alive: the stored arrivals could not be read (%s): learning afresh", exc)
+        finally:
+            self.warmth.release_arrivals()
+            self.replayed.set()
 
     async def stop(self) -> None:
         self.warmth.stop()

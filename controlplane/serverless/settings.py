@@ -19,3 +19,7 @@ class ServerlessSettings:
     max_keep_alive_s: float = 4 * 3600.0
     # Finished invocations (results, errors, timings) are kept this long for /v1/invocations/{id}.
     invocation_retention_s: float = 86400.0
+    # A starting hub (a restart, a standby taking over) replays at most this many of the latest
+    # stored arrivals into the keep-alive policy (``replay.py``; 0: starts it empty): 50,000 take
+    # about two seconds, in the background (the hub serves meanwhile).
+    replay_arrivals: int = 50_000

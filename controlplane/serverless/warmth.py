@@ -74,6 +74,9 @@ class Warmth:
         self._node_lost: dict[str, asyncio.Future[None]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._spare_asked: dict[str, float] = {}  # function -> when a spare was last asked for
+        # While the stored arrivals are replayed into a copy of the policy: the live arrivals, to
+        # feed that copy before it takes the policy's place (``FunctionService``).
+        self._held: list[tuple[str, float, float, int]] | None = None
 
     def stop(self) -> None:
         """Cancel the pending pre-warm timers."""
@@ -155,9 +158,20 @@ class Warmth:
     def observe_arrival(self, name: str, now: float) -> tuple[str, ...]:
         """Tell the policy an invocation of ``name`` arrives; returns the functions to pre-warm."""
         concurrency = 1 + sum(n for (_, fn, _), n in self.in_flight.items() if fn == name)
-        return self.policy.observe_invocation(
-            name, now, self.estimates.exec_ms(name) / 1000, concurrency=concurrency
-        )
+        exec_s = self.estimates.exec_ms(name) / 1000
+        if self._held is not None:
+            self._held.append((name, now, exec_s, concurrency))
+        return self.policy.observe_invocation(name, now, exec_s, concurrency=concurrency)
+
+    def hold_arrivals(self) -> None:
+        """From now on, keep each arrival as the policy is told it (for :meth:`release_arrivals`)."""
+        self._held = []
+
+    def release_arrivals(self) -> list[tuple[str, float, float, int]]:
+        """The arrivals kept since :meth:`hold_arrivals` (name, time, run time, concurrency), in
+        order; keeping stops."""
+        held, self._held = self._held or [], None
+        return held
 
     def spare_hold_s(self, spec: FunctionSpec, free_slots: int) -> float:
         """Right after an arrival of ``spec`` was observed and routed: how long to hold a spare

@@ -181,7 +181,7 @@ class InvocationRow(Base):
     result: Mapped[dict[str, Any]] = mapped_column(default=dict)
     error: Mapped[dict[str, Any]] = mapped_column(default=dict)
     timings: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    created_at: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[float] = mapped_column(Float, index=True)  # a starting hub replays the latest
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # A client's Idempotency-Key: a retried invocation with the same key is the same invocation.
     idempotency_key: Mapped[str | None] = mapped_column(String(128), nullable=True, unique=True, index=True)

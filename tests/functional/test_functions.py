@@ -553,3 +553,35 @@ def _alive(pid: int) -> bool:
             return stat.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+async def test_a_restarted_hub_keeps_what_the_keep_alive_policy_learned(nats_server, sqlite_url, tmp_path):
+    """The policy's state lives in the hub's memory; the invocations live in the store. A hub
+    that starts on the store (a restart, a standby taking over) replays them: same histogram,
+    not the empty policy a new hub would begin with."""
+
+    async def node_ready(api) -> None:
+        await wait_for(
+            lambda: api.call("GET", "/v1/nodes"),
+            lambda r: [n["status"] for n in r[1]["items"]] == ["Ready"],
+            timeout=15,
+        )
+
+    async with running_agents(nats_server.url, tmp_path, ["f1"], wait_registered=False, **PYTHON_FUNCTIONS):
+        async with running_hub(nats_server.url, sqlite_url) as (first, api):
+            await node_ready(api)
+            await _register(api, {**ECHO, "memory": "128Mi"})
+            for i in range(6):
+                status, _, _ = await _invoke(api, "echo", {"i": i})
+                assert status == 200
+                await asyncio.sleep(0.05)
+            learned = first.hub.functions.policy.keepalive.hybrid.histogram("echo")
+            before = (list(learned.counts), learned.n_oob)
+            assert learned.total == 5  # six arrivals, five idle times
+        async with running_hub(nats_server.url, sqlite_url) as (second, api):
+            await asyncio.wait_for(second.hub.functions.replayed.wait(), timeout=10)
+            kept = second.hub.functions.policy.keepalive.hybrid.histogram("echo")
+            assert (list(kept.counts), kept.n_oob) == before
+            await node_ready(api)
+            status, _, _ = await _invoke(api, "echo", {"i": 6})
+            assert status == 200 and kept.total == 6  # and it goes on learning
