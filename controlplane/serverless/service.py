@@ -117,7 +117,12 @@ class FunctionService:
             await self.registry.load(s)
             in_flight, functions = await self.records.resume(s)
         if self.settings.replay_arrivals > 0:
-            self._spawn(self._replay_arrivals())
+            # The copy and the hold at one moment, before any arrival: none missed, none twice.
+            serving = self.warmth.policy
+            learned = copy.deepcopy(serving)
+            self.warmth.hold_arrivals()
+            clock = asyncio.get_running_loop().time()
+            self._spawn(self._replay_arrivals(serving, learned, wall=time.time(), clock=clock))
         else:
             self.replayed.set()
 
@@ -127,17 +132,12 @@ class FunctionService:
             )
             self._spawn(self.records.recover(in_flight, functions))
 
-    async def _replay_arrivals(self) -> None:
+    async def _replay_arrivals(self, serving: Policy, learned: Policy, *, wall: float, clock: float) -> None:
         """What the policy learned before this hub started, from the stored arrivals: replayed
         into a copy of the (still empty) policy while the hub serves, then the live arrivals of
         the meantime on top, then the copy in place of the policy (unless it was replaced)."""
         began = time.perf_counter()
-        serving = self.warmth.policy
-        learned = copy.deepcopy(serving)
-        self.warmth.hold_arrivals()
         try:
-            wall = time.time()
-            clock = asyncio.get_running_loop().time()
             async with self.hub.store.session() as s:
                 arrivals = await stored_arrivals(
                     s,
