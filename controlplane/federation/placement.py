@@ -49,10 +49,17 @@ class ClusterAggregate:
     mig_hosts: int | None = None
     """MIG GPUs with a free legal slot for the largest instance of the request being planned
     (set per request by the scheduler; None: not known, no bound from it)."""
+    replica_slots: int | None = None
+    """How many replicas of the request being planned its ready nodes hold by CPU and memory,
+    node by node (set per request by the scheduler; None: not known, no bound from it)."""
 
     def room_for(self, res: ResourceRequest) -> int:
         """Upper bound on how many replicas of ``res`` fit (ignores per-node fragmentation)."""
         if self.ready_nodes == 0:
+            return 0
+        # A replica runs on one node: counted node by node, fragmentation the sums cannot see
+        # (free CPU on one node, free memory on another) holds none.
+        if self.replica_slots is not None and self.replica_slots <= 0:
             return 0
         bounds = [self.cpu_free / res.cpu if res.cpu > 0 else math.inf]
         bounds.append(self.memory_free / res.memory if res.memory > 0 else math.inf)
@@ -69,6 +76,8 @@ class ClusterAggregate:
                 bounds.append(self.mig_hosts)
         if res.dpu:
             bounds.append(self.dpus_free / res.dpu)
+        if self.replica_slots is not None:
+            bounds.append(self.replica_slots)
         room = min(bounds)
         return int(room) if math.isfinite(room) else 1_000_000
 
@@ -104,6 +113,7 @@ def _normalised(values: dict[str, float]) -> dict[str, float]:
 
 def _divide(total: int, shares: dict[str, float], caps: dict[str, int], order: list[str]) -> dict[str, int]:
     counts = {name: 0 for name in shares}
+    rank = {name: i for i, name in enumerate(order)}
     remaining = total
     active = {n for n in shares if caps[n] > 0 and shares[n] > 0}
     # Repeat because capping one cluster hands its share to the others.
@@ -114,7 +124,7 @@ def _divide(total: int, shares: dict[str, float], caps: dict[str, int], order: l
         left = remaining - sum(given.values())
         # Leftovers go to the best-ranked clusters (not the largest fractions): a workload of
         # one replica lands in the best cluster, e.g. the one nearest its data.
-        for n in sorted(active, key=order.index):
+        for n in sorted(active, key=rank.__getitem__):
             if left <= 0:
                 break
             if counts[n] + given[n] < caps[n]:

@@ -8,15 +8,17 @@ each replica's cycle runs over its planned cluster's nodes only.
 from __future__ import annotations
 
 from collections.abc import Set
+from dataclasses import replace
 
 import numpy as np
 
 from edgeplane_contract.mig import MIG_SPECS
+from edgeplane_contract.resources import ResourceRequest
 
 from controlplane.federation.config import FederationConfig
 from controlplane.federation.placement import ClusterAggregate, ClusterPlan, plan_clusters
 from controlplane.scheduling.actions import mig_slots_free
-from controlplane.scheduling.framework import BoolArray
+from controlplane.scheduling.framework import BoolArray, IntArray
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.nodetable import NodeTable
 
@@ -32,46 +34,92 @@ def cluster_mask(nodes: NodeTable, cluster: str) -> BoolArray | None:
     return mask
 
 
+# The summed columns of a cluster's ready rows, as integers so that a sum kept by adding and
+# subtracting rows is exact and the same in any order: nodes, CPU in millicores, memory bytes,
+# whole GPUs free, MIG compute slices free, DPUs free, CPU capacity in millicores.
+_READY, _CPU, _MEM, _GPUS, _MIG, _DPUS, _CAP = range(7)
+_CACHE_KEY = "cluster_sums"
+
+
+def _row_figures(t: NodeTable, rows: IntArray | slice) -> tuple[IntArray, IntArray]:
+    """Per row: its columns and the most MIG slices free on one GPU (zero where not ready)."""
+    ready = t.ready[rows]
+    n = int(ready.shape[0])
+    figures = np.zeros((n, 7), dtype=np.int64)
+    figures[:, _READY] = 1
+    figures[:, _CPU] = np.rint((t.cpu_cap[rows] - t.cpu_alloc[rows]) * 1000.0)
+    figures[:, _MEM] = np.rint(t.mem_cap[rows] - t.mem_alloc[rows])
+    figures[:, _GPUS] = (t.has_gpu[rows] & ~t.mig_gpu[rows] & ~t.gpu_used[rows]).sum(axis=1)
+    free_slices = (7 - t.mig_comp[rows]) * t.mig_gpu[rows]
+    figures[:, _MIG] = free_slices.sum(axis=1)
+    figures[:, _DPUS] = t.dpu_count[rows] - np.bitwise_count(t.dpu_used[rows])
+    figures[:, _CAP] = np.rint(t.cpu_cap[rows] * 1000.0)
+    figures[~ready] = 0
+    largest = free_slices.max(axis=1) if free_slices.shape[1] else np.zeros(n, dtype=np.int64)
+    return figures, np.where(ready, largest, 0).astype(np.int64)
+
+
+class _ClusterSums:
+    """Each cluster's sums, kept from one decision to the next: only the rows that changed since
+    the last look (``NodeTable.row_version``) are added again, a few per decision instead of every
+    node (``bench/federation_scale.py``). Kept in the table's ``static_cache``, which a node's
+    arrival, departure or new facts clear: then it is built afresh."""
+
+    def __init__(self, t: NodeTable) -> None:
+        k = len(t.clusters.names)
+        self.seen = t.version
+        self.figures, self.largest_row = _row_figures(t, slice(None))
+        self.sums = np.zeros((k, 7), dtype=np.int64)
+        np.add.at(self.sums, t.cluster, self.figures)
+        self.largest = np.zeros(k, dtype=np.int64)
+        np.maximum.at(self.largest, t.cluster, self.largest_row)
+        order = np.argsort(t.cluster, kind="stable")
+        bounds = np.searchsorted(t.cluster[order], np.arange(k + 1))
+        self.rows_of = [order[bounds[c] : bounds[c + 1]] for c in range(k)]
+        region_names = t.regions.names
+        self.region = [region_names[int(t.region[r[0]])] if len(r) else "" for r in self.rows_of]
+
+    def refresh(self, t: NodeTable) -> None:
+        if t.version == self.seen:
+            return
+        rows = np.flatnonzero(t.row_version > self.seen)
+        self.seen = t.version
+        if not len(rows):
+            return
+        figures, largest = _row_figures(t, rows)
+        np.add.at(self.sums, t.cluster[rows], figures - self.figures[rows])
+        self.figures[rows] = figures
+        self.largest_row[rows] = largest
+        for cid in np.unique(t.cluster[rows]):
+            self.largest[cid] = self.largest_row[self.rows_of[cid]].max()
+
+
 def cluster_aggregates(nodes: NodeTable) -> dict[str, ClusterAggregate]:
     """Free capacity per cluster over ready nodes (the input of cluster-level placement)."""
     t = nodes
     out: dict[str, ClusterAggregate] = {}
     if not len(t):
         return out
-    k = len(t.clusters.names)
-    ready = t.ready.astype(np.float64)
-
-    def per(values: np.ndarray) -> np.ndarray:
-        return np.bincount(t.cluster, weights=values * ready, minlength=k)
-
-    count = per(np.ones(len(t)))
-    cpu_free = per(t.cpu_cap - t.cpu_alloc)
-    mem_free = per(t.mem_cap - t.mem_alloc)
-    gpus = per(t.free_whole_gpus().astype(np.float64))
-    free_slices = (7 - t.mig_comp) * t.mig_gpu
-    mig = per(free_slices.sum(axis=1).astype(np.float64))
-    # The most slices free on one GPU, per cluster (ready nodes): an instance needs them on one.
-    largest = np.zeros(k, dtype=np.int64)
-    if free_slices.shape[1]:
-        np.maximum.at(largest, t.cluster[t.ready], free_slices.max(axis=1)[t.ready])
-    dpus = per(t.dpu_free().astype(np.float64))
-    cap = per(t.cpu_cap)
-    # Each cluster's region: its first row's (one vectorised pass, not a Python loop per node).
-    clusters, first = np.unique(t.cluster, return_index=True)
-    region_names = t.regions.names
-    regions = {int(c): region_names[int(t.region[row])] for c, row in zip(clusters, first, strict=True)}
+    kept = t.static_cache.get(_CACHE_KEY)
+    if not isinstance(kept, _ClusterSums):
+        kept = t.static_cache[_CACHE_KEY] = _ClusterSums(t)
+    else:
+        kept.refresh(t)
+    sums = kept.sums.tolist()
+    largest = kept.largest.tolist()
     for cid, name in enumerate(t.clusters.names):
+        row = sums[cid]
         out[name] = ClusterAggregate(
             name=name,
-            region=regions.get(cid, ""),
-            ready_nodes=int(count[cid]),
-            cpu_free=float(cpu_free[cid]),
-            memory_free=float(mem_free[cid]),
-            gpus_free=int(gpus[cid]),
-            mig_compute_free=int(mig[cid]),
-            dpus_free=int(dpus[cid]),
-            cpu_capacity=float(cap[cid]),
-            mig_largest_free=int(largest[cid]),
+            region=kept.region[cid],
+            ready_nodes=row[_READY],
+            cpu_free=row[_CPU] / 1000.0,
+            memory_free=float(row[_MEM]),
+            gpus_free=row[_GPUS],
+            mig_compute_free=row[_MIG],
+            dpus_free=row[_DPUS],
+            cpu_capacity=row[_CAP] / 1000.0,
+            mig_largest_free=largest[cid],
         )
     return out
 
@@ -93,15 +141,25 @@ def cluster_plan(
     request: WorkloadRequest,
     count: int,
     unavailable: Set[str],
+    *,
+    least_quota: tuple[float, float] = (1.0, 1.0),
 ) -> ClusterPlan | None:
-    """Clusters for ``count`` replicas of ``request``; None when there is nothing to choose from."""
+    """Clusters for ``count`` replicas of ``request``; None when there is nothing to choose from.
+    ``least_quota``: the smallest CPU and memory quota bins of the profile's action space (a
+    replica may hold that multiple of its request), so that a cluster's room stays an upper bound."""
     if federation is None or len(federation.clusters) < 2:
         return None
     aggregates = cluster_aggregates(nodes)
+    resources = request.resources
     if request.resources.mig:
         _count_mig_hosts(nodes, request.resources.mig, aggregates)
+    if least_quota != (1.0, 1.0):
+        resources = replace(
+            resources, cpu=resources.cpu * least_quota[0], memory=int(resources.memory * least_quota[1])
+        )
+    _count_replica_slots(nodes, resources, aggregates)
     return plan_clusters(
-        resources=request.resources,
+        resources=resources,
         replicas=count,
         federation=federation,
         aggregates=aggregates,
@@ -119,14 +177,44 @@ def _count_mig_hosts(nodes: NodeTable, profiles: list[str], aggregates: dict[str
     largest of ``profiles`` (the fragmentation the summed compute slices cannot see)."""
     t = nodes
     largest = max(profiles, key=lambda p: MIG_SPECS[p].compute)
-    if t.mig_gpu.shape[1] == 0:
-        hosts = np.zeros(len(t.clusters.names), dtype=np.int64)
+    k = len(t.clusters.names)
+    rows = t.static_cache.get("mig_rows")  # the nodes with a MIG GPU: node facts, kept with them
+    if rows is None:
+        rows = t.static_cache["mig_rows"] = np.flatnonzero(t.mig_gpu.any(axis=1))
+    rows = rows[t.ready[rows]]
+    if not len(rows):
+        hosts = np.zeros(k, dtype=np.int64)
     else:
-        can = mig_slots_free(t.mig_gpu, largest, t.mig_occ, t.mig_comp).any(axis=2).sum(axis=1)
-        hosts = np.bincount(t.cluster, weights=can * t.ready, minlength=len(t.clusters.names)).astype(
-            np.int64
+        can = (
+            mig_slots_free(t.mig_gpu[rows], largest, t.mig_occ[rows], t.mig_comp[rows])
+            .any(axis=2)
+            .sum(axis=1)
         )
+        hosts = np.bincount(t.cluster[rows], weights=can, minlength=k).astype(np.int64)
     for cid, name in enumerate(t.clusters.names):
         aggregate = aggregates.get(name)
         if aggregate is not None:
             aggregate.mig_hosts = int(hosts[cid])
+
+
+def _count_replica_slots(
+    nodes: NodeTable, res: ResourceRequest, aggregates: dict[str, ClusterAggregate]
+) -> None:
+    """Set each cluster's ``replica_slots``: replicas of ``res`` its ready nodes hold by CPU and
+    memory, each node counted alone (the cycle's fit test, ``ActionSpace.analyse``, node by node),
+    so that a cluster whose free CPU and free memory sit on different nodes is not planned."""
+    if res.cpu <= 0 and res.memory <= 0:
+        return
+    t = nodes
+    eps = 1e-9
+    per_node = np.full(len(t), np.inf)
+    if res.cpu > 0:
+        per_node = np.minimum(per_node, (t.cpu_cap - t.cpu_alloc + eps) / res.cpu)
+    if res.memory > 0:
+        per_node = np.minimum(per_node, (t.mem_cap - t.mem_alloc + eps) / res.memory)
+    slots = np.floor(np.clip(per_node, 0.0, 1e6)) * t.ready
+    held = np.bincount(t.cluster, weights=slots, minlength=len(t.clusters.names))
+    for cid, name in enumerate(t.clusters.names):
+        aggregate = aggregates.get(name)
+        if aggregate is not None:
+            aggregate.replica_slots = int(held[cid])

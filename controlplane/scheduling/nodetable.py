@@ -41,6 +41,7 @@ _INT_COLS = (
     "freed_at",
     "gpu_sevenths",
     "sens_milli",
+    "row_version",
 )
 _BOOL_COLS = ("ready", "on_battery")
 _GPU_BOOL = ("has_gpu", "mig_gpu", "gpu_used")
@@ -103,6 +104,9 @@ class NodeTable:
         self.io_count: IntArray = np.zeros(0, dtype=np.int64)
         # The scheduler's capacity epoch when the node's free capacity last grew.
         self.freed_at: IntArray = np.zeros(0, dtype=np.int64)
+        # ``version`` when the row's allocations or readiness last changed: what a view kept
+        # per row (the cluster aggregates) recomputes is the rows changed since it looked.
+        self.row_version: IntArray = np.zeros(0, dtype=np.int64)
         self.ready: BoolArray = np.zeros(0, dtype=bool)
         self.on_battery: BoolArray = np.zeros(0, dtype=bool)
         self.has_gpu: BoolArray = np.zeros((0, 0), dtype=bool)
@@ -199,11 +203,14 @@ class NodeTable:
         self.gpu_sevenths[row] = 0
         self.replicas[row] = 0
         self.io_count[row] = 0
+        self.version += 1
+        self.row_version[row] = self.version
 
     def set_ready(self, row: int, ready: bool) -> None:
         self.ready[row] = ready
         self.states[row] = replace(self.states[row], ready=ready)
         self.version += 1
+        self.row_version[row] = self.version
 
     # -- accounting ------------------------------------------------------------------------
 
@@ -288,6 +295,7 @@ class NodeTable:
         if io:
             self.io_count[row] += sign
         self.version += 1
+        self.row_version[row] = self.version
 
     # -- derived views ---------------------------------------------------------------------
 

@@ -100,7 +100,11 @@ class Placer:
     def place(self, request: WorkloadRequest, replicas: list[int], explain: bool) -> Decision:
         """Place the given replicas of a workload (all-or-nothing when it is a gang)."""
         undo = Undo()
-        plan = cluster_plan(self.federation, self.nodes, request, len(replicas), self.unavailable)
+        space = self.cycles.profile.action_space
+        least = (min(space.cpu_bins), min(space.memory_bins))
+        plan = cluster_plan(
+            self.federation, self.nodes, request, len(replicas), self.unavailable, least_quota=least
+        )
         placements: list[ReplicaPlacement] = []
         explanations: list[ReplicaExplanation] = []
         victims: list[Victim] = []

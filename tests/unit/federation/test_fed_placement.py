@@ -248,3 +248,55 @@ def test_the_plan_skips_a_cluster_whose_mig_gpus_have_no_legal_slot_left():
     # Without the slot count eu, cheaper or not, would be tried first and fail its cycle.
     plan = d.explanation.scope.cluster_plan
     assert "eu" not in plan.ranking and plan.ranking[0] == "us"
+
+
+def _fragmented(profile="default"):
+    """ap (the cheapest) has 4 CPUs free in all but at most 1 on any node; eu has a node with 8."""
+    s = Scheduler(profile, federation(cost_weight=1, latency_weight=0, carbon_weight=0), clock=lambda: 0.0)
+    for i in range(4):
+        s.upsert_node(NodeState(f"ap-{i}", cluster="ap", region="ap-south", cpu=1, memory=32 * GiB))
+    s.upsert_node(NodeState("eu-0", cluster="eu", region="eu-west", cpu=8, memory=32 * GiB))
+    return s
+
+
+def test_a_cluster_where_no_single_node_fits_a_replica_is_not_planned():
+    """The summed free CPU (4) says ap has room for two 2-CPU replicas; no node of it can hold
+    one: the plan leaves it out instead of sending the replica there to fail and move on."""
+    s = _fragmented()
+    assert s.aggregates()["ap"].cpu_free == 4.0
+    d = s.schedule(WorkloadRequest("w", resources=ResourceRequest(cpu=2, memory=GiB)))
+    assert d.scheduled and [p.cluster for p in d.placements] == ["eu"]
+    plan = d.explanation.scope.cluster_plan
+    assert plan.assignments == ["eu"] and "ap" not in plan.ranking
+    assert plan.scores["eu"]["room"] == 4.0  # node by node: one 8-CPU node, four replicas
+    # A replica that fits one node of ap still goes there first (the cheapest).
+    d = s.schedule(WorkloadRequest("small", resources=ResourceRequest(cpu=1, memory=GiB)))
+    assert [p.cluster for p in d.placements] == ["ap"]
+
+
+def test_a_profile_whose_quotas_go_below_the_request_keeps_such_a_cluster():
+    """With a CPU quota bin of 0.5, a 2-CPU replica may run on 1 CPU: ap stays in the plan."""
+    profile = {
+        "name": "halves",
+        "plugins": [
+            {"name": "NodeReady"},
+            {"name": "NodeResourcesFit"},
+            {"name": "NodeResourcesLeastAllocated"},
+        ],
+        "action_space": {"cpu_bins": [0.5, 1.0], "memory_bins": [1.0]},
+    }
+    s = _fragmented(profile)
+    d = s.schedule(WorkloadRequest("w", resources=ResourceRequest(cpu=2, memory=GiB)))
+    assert d.explanation.scope.cluster_plan.assignments == ["ap"]
+    assert d.scheduled and [p.cluster for p in d.placements] == ["ap"]
+
+
+def test_free_cpu_on_one_node_and_free_memory_on_another_hold_no_replica():
+    s = Scheduler("default", federation(cost_weight=1, latency_weight=0, carbon_weight=0), clock=lambda: 0.0)
+    s.upsert_node(NodeState("ap-cpu", cluster="ap", region="ap-south", cpu=8, memory=1 * GiB))
+    s.upsert_node(NodeState("ap-mem", cluster="ap", region="ap-south", cpu=1, memory=32 * GiB))
+    s.upsert_node(NodeState("eu-0", cluster="eu", region="eu-west", cpu=8, memory=32 * GiB))
+    d = s.schedule(WorkloadRequest("w", resources=ResourceRequest(cpu=2, memory=4 * GiB)))
+    plan = d.explanation.scope.cluster_plan
+    assert plan.assignments == ["eu"] and "ap" not in plan.ranking
+    assert d.scheduled and [p.cluster for p in d.placements] == ["eu"]
