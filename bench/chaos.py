@@ -255,15 +255,20 @@ class Apis:
         return self.urls[self.turn] + path
 
 
+async def leads(session: aiohttp.ClientSession, url: str) -> bool:
+    """Whether the hub at ``url`` says it leads (``/readyz`` 200; a standby's is 503)."""
+    try:
+        async with session.get(url + "/readyz", timeout=aiohttp.ClientTimeout(total=1)) as response:
+            return response.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
 async def _leading_hub(session: aiohttp.ClientSession, fleet: Fleet) -> int | None:
-    """The replica whose ``/readyz`` says it leads (a standby's is 503), or None."""
+    """The replica that leads now, or None."""
     for index, url in enumerate(fleet.apis):
-        if fleet.hubs[index] is None:
-            continue
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with session.get(url + "/readyz", timeout=aiohttp.ClientTimeout(total=1)) as response:
-                if response.status == 200:
-                    return index
+        if fleet.hubs[index] is not None and await leads(session, url):
+            return index
     return None
 
 

@@ -68,6 +68,7 @@ from chaos import (
     _run_as,
     drop_database,
     fresh_database,
+    leads,
 )
 
 from controlplane.natsd import NatsServer, free_port
@@ -320,17 +321,9 @@ def with_cont(process: subprocess.Popen[bytes]) -> None:
         pass
 
 
-async def _ready(session: aiohttp.ClientSession, url: str) -> bool:
-    try:
-        async with session.get(url + "/readyz", timeout=aiohttp.ClientTimeout(total=1)) as response:
-            return response.status == 200
-    except (aiohttp.ClientError, TimeoutError):
-        return False
-
-
 async def _leader(session: aiohttp.ClientSession, fleet: Fleet, skip: int | None = None) -> int | None:
     for i in range(HUBS):
-        if i != skip and fleet.hubs[i] is not None and await _ready(session, fleet.url(i)):
+        if i != skip and fleet.hubs[i] is not None and await leads(session, fleet.url(i)):
             return i
     return None
 
@@ -359,7 +352,7 @@ async def run_scenario(kind: str, args: argparse.Namespace, rng: random.Random) 
         async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session:
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline:
-                up = [await _ready(session, fleet.url(0))]
+                up = [await leads(session, fleet.url(0))]
                 try:
                     _, nodes = await replicas.call(session, "GET", "/v1/nodes")
                     ready = sum(n["status"] == "Ready" for n in nodes["items"])

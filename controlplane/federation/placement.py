@@ -54,12 +54,9 @@ class ClusterAggregate:
     node by node (set per request by the scheduler; None: not known, no bound from it)."""
 
     def room_for(self, res: ResourceRequest) -> int:
-        """Upper bound on how many replicas of ``res`` fit (ignores per-node fragmentation)."""
+        """Upper bound on how many replicas of ``res`` fit (the sums ignore per-node fragmentation;
+        ``replica_slots``, where known, counts CPU and memory node by node)."""
         if self.ready_nodes == 0:
-            return 0
-        # A replica runs on one node: counted node by node, fragmentation the sums cannot see
-        # (free CPU on one node, free memory on another) holds none.
-        if self.replica_slots is not None and self.replica_slots <= 0:
             return 0
         bounds = [self.cpu_free / res.cpu if res.cpu > 0 else math.inf]
         bounds.append(self.memory_free / res.memory if res.memory > 0 else math.inf)
@@ -76,7 +73,7 @@ class ClusterAggregate:
                 bounds.append(self.mig_hosts)
         if res.dpu:
             bounds.append(self.dpus_free / res.dpu)
-        if self.replica_slots is not None:
+        if self.replica_slots is not None:  # free CPU on one node, memory on another: none fits
             bounds.append(self.replica_slots)
         room = min(bounds)
         return int(room) if math.isfinite(room) else 1_000_000

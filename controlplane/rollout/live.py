@@ -6,6 +6,7 @@ and its resumption from the store. The two live canaries (``policies/canary_live
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ from controlplane.rollout.controller import (
 __all__ = ["LiveRollout"]
 
 
-class LiveRollout:
+class LiveRollout(ABC):
     """A canary on the hub's clock: subclasses name their guards and act on each decision
     (:meth:`_act`)."""
 
@@ -46,8 +47,9 @@ class LiveRollout:
     def _t(self) -> float:
         return self.clock() - self.started
 
+    @abstractmethod
     async def _act(self, kind: str, fraction: float, reason: str, data: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Carry out one controller decision (``step``, ``promote``, ``rollback``)."""
 
     async def _decide(self, guards: Sequence[tuple[CanaryController, str]], t: float) -> None:
         """The controller and ``guards`` judge at ``t``; each decision since the last is acted on."""

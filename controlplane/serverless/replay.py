@@ -4,7 +4,7 @@ The policy (idle-time histograms, the headroom predictor, the call graph) learns
 and lives in the leading hub's memory. A restarted hub, or a standby that takes over, would start
 it empty: every function back on the fallback window, cold starts until it has learned again. The
 store keeps every invocation for ``invocation_retention_s`` (``history.py`` writes the synchronous
-ones behind), so a starting hub feeds the policy the arrivals of the last ``replay_s`` in the
+ones behind), so a starting hub feeds the policy the latest ``replay_arrivals`` of them in the
 order they came, with what the live path gives it: the arrival time (on the event loop's clock:
 the policy measures gaps, and the live path passes ``loop.time()``), the run time (the record's
 ``exec_ms``, else its wall time) and how many of the function's invocations were running then. The
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from controlplane.serverless.keepalive import Policy
 from controlplane.store.models import InvocationRow
 
-__all__ = ["Arrival", "ReplayCount", "replay", "replay_in_slices", "stored_arrivals"]
+__all__ = ["Arrival", "ReplayCount", "replay_in_slices", "stored_arrivals"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,44 +96,21 @@ async def stored_arrivals(
     return arrivals
 
 
-class _Replayer:
-    """Feeds arrivals to a policy, counting each function's invocations still running."""
-
-    def __init__(self, policy: Policy, *, wall_now: float, clock_now: float) -> None:
-        self.policy = policy
-        self.offset = clock_now - wall_now
-        self.running: dict[str, list[float]] = {}  # function -> end times of its invocations, a heap
-        self.count = 0
-
-    def feed(self, arrival: Arrival) -> None:
-        t = arrival.created_at + self.offset
-        ends = self.running.setdefault(arrival.function, [])
-        while ends and ends[0] <= t:
-            heapq.heappop(ends)
-        self.policy.observe_invocation(arrival.function, t, arrival.duration_s, concurrency=1 + len(ends))
-        heapq.heappush(ends, t + arrival.duration_s)
-        self.count += 1
-
-    def result(self) -> ReplayCount:
-        return ReplayCount(arrivals=self.count, functions=len(self.running))
-
-
-def replay(policy: Policy, arrivals: Iterable[Arrival], *, wall_now: float, clock_now: float) -> ReplayCount:
-    """Feed ``arrivals`` (oldest first) to ``policy`` as the live path would have; wall times
-    become times on the clock whose present is ``clock_now``."""
-    replayer = _Replayer(policy, wall_now=wall_now, clock_now=clock_now)
-    for arrival in arrivals:
-        replayer.feed(arrival)
-    return replayer.result()
-
-
 async def replay_in_slices(
     policy: Policy, arrivals: Sequence[Arrival], *, wall_now: float, clock_now: float, slice_size: int = 250
 ) -> ReplayCount:
-    """:func:`replay`, yielding to the event loop after every ``slice_size`` arrivals."""
-    replayer = _Replayer(policy, wall_now=wall_now, clock_now=clock_now)
+    """Feed ``arrivals`` (oldest first) to ``policy`` as the live path would have, wall times
+    made times on the clock whose present is ``clock_now``; yields to the event loop after every
+    ``slice_size`` arrivals."""
+    offset = clock_now - wall_now
+    running: dict[str, list[float]] = {}  # function -> end times of its invocations, a heap
     for start in range(0, len(arrivals), slice_size):
         for arrival in arrivals[start : start + slice_size]:
-            replayer.feed(arrival)
+            t = arrival.created_at + offset
+            ends = running.setdefault(arrival.function, [])
+            while ends and ends[0] <= t:
+                heapq.heappop(ends)
+            policy.observe_invocation(arrival.function, t, arrival.duration_s, concurrency=1 + len(ends))
+            heapq.heappush(ends, t + arrival.duration_s)
         await asyncio.sleep(0)
-    return replayer.result()
+    return ReplayCount(arrivals=len(arrivals), functions=len(running))

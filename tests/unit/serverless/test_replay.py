@@ -12,7 +12,7 @@ from pathlib import Path
 from sqlalchemy import insert
 
 from controlplane.serverless.keepalive import Policy, make_policy
-from controlplane.serverless.replay import replay, stored_arrivals
+from controlplane.serverless.replay import replay_in_slices, stored_arrivals
 from controlplane.store.db import sqlite_url
 from controlplane.store.models import InvocationRow
 from controlplane.store.store import Store
@@ -78,7 +78,7 @@ async def test_replay_from_the_store_learns_what_the_live_hub_learned(tmp_path: 
     live = _live(arrivals, clock_origin=1000.0)  # the old hub's loop clock
     replayed = make_policy("edgeplane")
     clock_now = 50.0  # the new hub's loop clock: another origin (a new process, another machine)
-    count = replay(replayed, stored, wall_now=wall_now, clock_now=clock_now)
+    count = await replay_in_slices(replayed, stored, wall_now=wall_now, clock_now=clock_now, slice_size=7)
     assert (count.arrivals, count.functions) == (len(arrivals), 3)
 
     shift = (clock_now - span) - 1000.0  # the same moment on the two clocks
