@@ -348,15 +348,6 @@ def check_function_policy(args: argparse.Namespace) -> None:
         policy = make_policy(args.function_policy)
     except ImportError as exc:  # a learned forecast policy without scikit-learn: one line, no traceback
         raise ConfigError("<command line>", "--function-policy", str(exc)) from None
-    if policy.forecast is not None:
-        # Its pre-warm plan is made over a whole trace's arrivals: the hub would run plain edgeplane
-        # under its name, which is worse than refusing it.
-        raise ConfigError(
-            "<command line>",
-            "--function-policy",
-            f"{args.function_policy} pre-warms from a plan made over a whole trace: "
-            "`controlplane simulate-functions` runs it, the hub does not",
-        )
     args.keepalive_policy = policy
 
 

@@ -36,6 +36,8 @@ class PlacementView(Protocol):
 class InstanceView(Protocol):
     @property
     def instances(self) -> Mapping[str, Mapping[str, FunctionInstance]]: ...
+    @property
+    def counters(self) -> Mapping[str, int]: ...
 
 
 class HubView(Protocol):
@@ -245,7 +247,7 @@ class HubCollector(Collector):
             rejected.add_metric([kind], float(count))
         yield from (connected, reconnects, malformed, rejected)
 
-    def _instances(self) -> Iterator[GaugeMetricFamily]:
+    def _instances(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         counts: Tally[tuple[str, str]] = Tally()
         for known in self.hub.functions.instances.values():
             for instance in known.values():
@@ -258,6 +260,17 @@ class HubCollector(Collector):
         for (function, state), count in sorted(counts.items()):
             family.add_metric([function, state], float(count))
         yield family
+        started = CounterMetricFamily(
+            "edgeplane_function_prewarmed_instances",
+            "Instances agents started ahead of arrivals at the hub's request, by why (window: the "
+            "keep-alive policy's predicted arrival or the call graph; spare: a predicted overlap; "
+            "forecast: a bin's forecast arrivals)",
+            labels=["why"],
+        )
+        counters = self.hub.functions.counters
+        for why, key in (("window", "prewarms"), ("spare", "spares"), ("forecast", "forecast_prewarms")):
+            started.add_metric([why], float(counters.get(key, 0)))
+        yield started
 
 
 class InterferenceCollector(Collector):

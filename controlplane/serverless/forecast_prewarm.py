@@ -2,7 +2,8 @@
 free instances of each function to have loaded at the start of the minute.
 
 Offline, over a whole workload (the simulator's input; the decisions depend on arrival times
-only, as the call-graph advisor's do):
+only, as the call-graph advisor's do; the live hub makes the same decision as the bins close,
+:mod:`.forecast_live`):
 
 1. per-function arrival counts per one-minute bin (:func:`arrival_counts`);
 2. the forecast of bin ``m`` made at the start of ``m`` from bins ``0..m-1`` only
@@ -17,8 +18,8 @@ only, as the call-graph advisor's do):
 
 The simulator carries a plan out (:func:`controlplane.serverless.funcsim.simulate_function`):
 free instances alive at the bin's start are held to its end, the missing ones load then. The
-live hub does not run this planner (it needs the minute's counts as they close), so it refuses
-a policy that has one (``--function-policy``, one line) rather than run it as another.
+live hub makes each bin's decision at its start (:class:`~.forecast_live.LiveForecast`) and asks
+an agent to have the instances free until the bin's end.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ class ForecastPrewarmConfig:
     bin_s: float = 60.0
     period_bins: int = 60
     train_fraction: float = 2.0 / 3.0
+    # Live (``forecast_live.py``): the learned model is fitted once this many bins have closed
+    # (16 h of minutes: the simulator's 2/3 of a day) and again every as many after.
+    fit_bins: int = 960
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -98,8 +102,8 @@ class ForecastPrewarmConfig:
             raise ValueError(f"forecaster: expected 'learned' or 'seasonal', got {self.forecaster!r}")
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"threshold: expected 0 < threshold <= 1, got {self.threshold!r}")
-        if self.max_instances < 1 or self.period_bins < 1 or self.bin_s <= 0:
-            raise ValueError("max_instances and period_bins must be >= 1, bin_s > 0")
+        if self.max_instances < 1 or self.period_bins < 1 or self.fit_bins < 2 or not self.bin_s > 0:
+            raise ValueError("max_instances and period_bins must be >= 1, fit_bins >= 2, bin_s > 0")
         if not 0.0 < self.train_fraction < 1.0:
             raise ValueError(f"train_fraction: expected 0 < f < 1, got {self.train_fraction!r}")
 

@@ -43,7 +43,8 @@ Policies:
     (:class:`OverlapPredictor`). ``edgeplane-no-callgraph``, ``edgeplane-no-pool`` and
     ``edgeplane-no-headroom`` switch one extra off each, so its effect can be measured.
 ``edgeplane-forecast``
-    ``edgeplane`` plus forecast pre-warming (:class:`ForecastPrewarmer`, offline only): a
+    ``edgeplane`` plus forecast pre-warming (:class:`ForecastPrewarmer` in the simulator,
+    :class:`LiveForecast` in the hub): a
     minute whose forecast arrivals (the learned ``controlplane.predict.LoadPredictor``, fitted
     on the first 2/3 of the trace's minutes and used after them) give at least a 50% chance of
     one arrival starts with a free instance. ``edgeplane-forecast-multi`` asks for as many as
@@ -61,6 +62,7 @@ from edgeplane_contract.errors import EdgeplaneError
 from controlplane.serverless.burst import BurstPool, BurstPoolConfig, EdgeplaneKeepAlive
 from controlplane.serverless.callgraph import CallGraphAdvisor, CallGraphConfig
 from controlplane.serverless.fixed import FixedKeepAlive
+from controlplane.serverless.forecast_live import LiveForecast
 from controlplane.serverless.forecast_prewarm import ForecastPrewarmConfig, ForecastPrewarmer, LoadPrewarmer
 from controlplane.serverless.headroom import HeadroomConfig, OverlapPredictor
 from controlplane.serverless.hybrid import HybridConfig, HybridHistogramPolicy, IdleTimeHistogram
@@ -103,8 +105,9 @@ class UnknownPolicyError(EdgeplaneError, ValueError):
 @dataclass(slots=True)
 class Policy:
     """A keep-alive policy and, optionally, a pre-warm advisor, a headroom predictor and a
-    forecast pre-warmer (offline: the simulator plans it from the whole workload's arrivals;
-    the live hub does not use it), under one name.
+    forecast pre-warmer, under one name. The forecast has two faces on one config: ``forecast``
+    plans over a whole workload's arrivals (the simulator), ``live_forecast`` decides bin by bin
+    as arrivals come (the hub, once it arms it).
 
     The live hub calls :meth:`observe_invocation` on every invocation (in arrival order) and
     pre-warms the functions it returns, then asks :meth:`spare_hold_s` whether to start a spare
@@ -117,12 +120,15 @@ class Policy:
     advisor: PrewarmAdvisor | None = None
     headroom: OverlapPredictor | None = None
     forecast: LoadPrewarmer | None = None
+    live_forecast: LiveForecast | None = None
 
     def observe_invocation(
         self, function_id: str, t_s: float, duration_s: float = 0.0, *, concurrency: int = 1
     ) -> tuple[str, ...]:
         """Feed every part; returns the functions to pre-warm now."""
         self.keepalive.observe_invocation(function_id, t_s, duration_s, concurrency=concurrency)
+        if self.live_forecast is not None:
+            self.live_forecast.observe(function_id, t_s)
         if self.headroom is not None:
             self.headroom.observe(function_id, t_s, duration_s, concurrency=concurrency)
         if self.advisor is None:
@@ -152,6 +158,7 @@ def _edgeplane(
         CallGraphAdvisor() if call_graph else None,
         OverlapPredictor(HeadroomConfig()) if headroom else None,
         ForecastPrewarmer(forecast) if forecast is not None else None,
+        LiveForecast(forecast) if forecast is not None else None,
     )
 
 

@@ -35,6 +35,7 @@ from edgeplane_contract.messages import FunctionCode, FunctionInstance, PrewarmA
 from controlplane.errors import StoreUnavailableError
 from controlplane.fleet.nodes import FunctionHost
 from controlplane.serverless.estimates import Estimates, FunctionStats
+from controlplane.serverless.forecast_live import LiveForecast
 from controlplane.serverless.history import InvocationHistory
 from controlplane.serverless.invoke import Invoker
 from controlplane.serverless.keepalive import Policy
@@ -94,6 +95,7 @@ class FunctionService:
         self.history = InvocationHistory(hub, self.counters, retention_s=self.settings.invocation_retention_s)
         # Set once the stored arrivals are replayed into the policy (or there was nothing to do).
         self.replayed = asyncio.Event()
+        self._started = False
         # The collaborators' state, under the names the hub, the API and tests read.
         self.specs = self.registry.specs
         self.instances = self.warmth.instances
@@ -107,12 +109,19 @@ class FunctionService:
     @policy.setter
     def policy(self, policy: Policy) -> None:
         self.warmth.policy = policy
+        if policy.live_forecast is not None and self._started:
+            policy.live_forecast.arm(asyncio.get_running_loop().time())
 
     # --- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._started = True
+        forecast = self.warmth.policy.live_forecast
+        if forecast is not None:  # before the replay's copy: the copy counts the replayed arrivals
+            forecast.arm(asyncio.get_running_loop().time())
         self._spawn(self.history.loop())
         self._spawn(self.records.sweep_loop())
+        self._spawn(self._forecast_loop())
         async with self.hub.store.session() as s:
             await self.registry.load(s)
             in_flight, functions = await self.records.resume(s)
@@ -165,6 +174,50 @@ class FunctionService:
         finally:
             self.warmth.release_arrivals()
             self.replayed.set()
+
+    async def _forecast_loop(self) -> None:
+        """At each bin's start, the pre-warms the policy's live forecast asks for (none when the
+        policy has no forecast: then it looks again every second, the policy may be replaced)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            forecast = self.warmth.policy.live_forecast
+            if forecast is None:
+                await asyncio.sleep(1.0)
+                continue
+            # A hair past the boundary, so that the bin holding "now" is the new one.
+            await asyncio.sleep(max(0.0, forecast.next_bin_start(loop.time()) - loop.time()) + 0.001)
+            if forecast is not self.warmth.policy.live_forecast:
+                continue
+            now = loop.time()
+            if forecast.fit_due(now):
+                self._spawn(self._fit_forecast(forecast, now))
+            decisions = forecast.decide(now, lambda name: self.estimates.exec_ms(name) / 1000)
+            for name, count, hold_s in decisions[: self.settings.forecast_prewarms_per_bin]:
+                if name in self.registry.specs:
+                    self._spawn(self.warmth.prewarm(name, count=count, reason="forecast", hold_s=hold_s))
+            if len(decisions) > self.settings.forecast_prewarms_per_bin:
+                log.info(
+                    "forecast pre-warm: %d function(s) due this bin, %d asked (forecast_prewarms_per_bin)",
+                    len(decisions),
+                    self.settings.forecast_prewarms_per_bin,
+                )
+
+    async def _fit_forecast(self, forecast: LiveForecast, now: float) -> None:
+        """(Re)fit the learned forecaster in a worker thread (seconds), then put it in place."""
+        _, history = forecast.history(now)
+        began = time.perf_counter()
+        try:
+            model = await asyncio.to_thread(forecast.fit, history, forecast.bin_of(now) - 1)
+        except ValueError as exc:  # too little history for the horizon
+            log.info("forecast pre-warm: not fitted (%s)", exc)
+            return
+        forecast.use(model)
+        log.info(
+            "forecast pre-warm: model fitted on %d function(s) x %d bin(s) in %.1fs",
+            history.shape[0],
+            history.shape[1],
+            time.perf_counter() - began,
+        )
 
     async def stop(self) -> None:
         self.warmth.stop()

@@ -23,3 +23,6 @@ class ServerlessSettings:
     # stored arrivals into the keep-alive policy (``replay.py``; 0: starts it empty): 50,000 take
     # about two seconds, in the background (the hub serves meanwhile).
     replay_arrivals: int = 50_000
+    # A forecast policy (``edgeplane-forecast*``) asks for at most this many pre-warms per bin,
+    # the likeliest first (a bound on the requests a bin's start sends).
+    forecast_prewarms_per_bin: int = 200

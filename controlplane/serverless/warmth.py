@@ -218,13 +218,20 @@ class Warmth:
             timer.cancel()
 
     async def prewarm(
-        self, name: str, *, count: int = 1, reason: str = "", spare_hold_s: float | None = None
+        self,
+        name: str,
+        *,
+        count: int = 1,
+        reason: str = "",
+        spare_hold_s: float | None = None,
+        hold_s: float | None = None,
     ) -> PrewarmAckV1 | None:
         """Have ``count`` instances of the latest version warm on the best node for a cold start.
 
         ``spare_hold_s``: start one more instance there unless one is idle with room (a spare for
-        a predicted overlap) and keep it that long unless it is used."""
-        if spare_hold_s is None:
+        a predicted overlap) and keep it that long unless it is used. ``hold_s``: keep the
+        ``count`` instances free that long from now (a forecast's bin), not the policy's window."""
+        if spare_hold_s is None and hold_s is None:
             self._timers.pop(name, None)
         try:
             spec = self._resolve(name)
@@ -236,11 +243,12 @@ class Warmth:
             return None
         node = decision.node
         live = self.hub.nodes[node]
-        if spare_hold_s is None:
+        held = spare_hold_s if spare_hold_s is not None else hold_s
+        if held is not None:
+            keep = min(held, self.settings.max_keep_alive_s)
+        else:
             window = self.policy.keepalive.release_window(name, asyncio.get_running_loop().time())
             keep = min(window.keep_alive_s or self.settings.max_keep_alive_s, self.settings.max_keep_alive_s)
-        else:
-            keep = min(spare_hold_s, self.settings.max_keep_alive_s)
         if live.power_source == "battery":
             keep *= self.settings.battery_keep_alive_factor
         request = PrewarmV1(
@@ -261,6 +269,7 @@ class Warmth:
         except Exception as exc:
             log.info("pre-warm of %s on %s failed: %s", name, node, exc)
             return None
-        self.counters["spares" if spare_hold_s is not None else "prewarms"] += ack.started
+        kind = "prewarms" if held is None else "spares" if spare_hold_s is not None else "forecast_prewarms"
+        self.counters[kind] += ack.started
         log.debug("pre-warmed %s on %s (%s): %d started", name, node, reason, ack.started)
         return ack

@@ -404,8 +404,9 @@ class FunctionPool:
         return True
 
     async def prewarm(self, request: PrewarmV1) -> int:
-        """Start instances so that ``count`` exist (warm or starting), or with ``spare`` one more
-        unless one is idle with room; returns how many were started."""
+        """Start instances so that ``count`` exist (warm or starting), each kept at least
+        ``keep_alive_s`` from now, or with ``spare`` one more unless one is idle with room;
+        returns how many were started."""
         code = request.code
         why = self.unavailable(code)
         if why is not None:
@@ -416,8 +417,12 @@ class FunctionPool:
             # A starting instance does not count: a cold call is most likely waiting on it.
             wanted = 0 if any(i.state == "idle" and i.has_room() for i in have) else 1
         else:
+            # Kept at least keep_alive_s from now: an instance idle for a while would otherwise
+            # expire within the window it was asked to cover.
+            now = time.time()
             for instance in have:
-                instance.keep_alive_s = max(instance.keep_alive_s, request.keep_alive_s)
+                idle_for = max(0.0, now - (instance.last_used_at or instance.spawned_at))
+                instance.keep_alive_s = max(instance.keep_alive_s, idle_for + request.keep_alive_s)
             wanted = max(0, request.count - len(have))
         started = 0
         for _ in range(wanted):

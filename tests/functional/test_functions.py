@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 import subprocess
 import sys
@@ -20,7 +21,9 @@ from harness import (
     write_power_supply,
 )
 
-from controlplane.serverless.keepalive import Policy, Window
+from controlplane.serverless.forecast_live import LiveForecast
+from controlplane.serverless.forecast_prewarm import ForecastPrewarmConfig
+from controlplane.serverless.keepalive import FixedKeepAlive, Policy, Window
 
 ECHO = {"name": "echo", "source": "def handle(event, context):\n    return event\n", "handler": "handle"}
 
@@ -287,6 +290,36 @@ async def test_an_explicit_prewarm_makes_the_first_call_warm(nats_server, sqlite
             lambda: _value([i.state for i in pool.instances.values()]), lambda s: s == ["idle"], timeout=5
         )
         assert (await _invoke(api, "echo", 1))[2]["X-Edgeplane-Cold-Start"] == "false"
+
+
+async def test_a_forecast_of_the_next_bin_prewarms_an_instance_before_its_arrival(
+    nats_server, sqlite_url, tmp_path
+):
+    """No keep-alive at all (every instance goes as its call ends), one call in the middle of
+    each 1 s bin: the calls are cold until the forecast (the seasonal baseline over the closed
+    bins) gives the next bin a 50 % chance of a call; from then on each bin's start has an
+    instance started for it, and its call is warm."""
+    config = ForecastPrewarmConfig(forecaster="seasonal", bin_s=1.0, period_bins=60)
+    loop = asyncio.get_running_loop()
+    async with (
+        running_hub(nats_server.url, sqlite_url) as (running, api),
+        running_agents(nats_server.url, tmp_path, ["f1"], **PYTHON_FUNCTIONS) as agents,
+    ):
+        await _register(api, ECHO)
+        functions = running.hub.functions
+        forecast = LiveForecast(config)
+        functions.policy = Policy("none-forecast", FixedKeepAlive(0.0, name="none"), live_forecast=forecast)
+        cold = []
+        for i in range(10):
+            await asyncio.sleep(math.floor(loop.time()) + 1.5 - loop.time())  # mid-bin of the next bin
+            cold.append((await _invoke(api, "echo", i))[2]["X-Edgeplane-Cold-Start"] == "true")
+        pool = agents[0].agent.functions
+        assert pool.counters["evictions"] >= 5  # no instance outlived its call
+        assert cold[:2] == [True, True], cold  # before the forecast has seen two bins
+        assert cold[-5:] == [False] * 5, cold
+        # Each warm call found an instance the forecast had started (not one left over).
+        assert functions.counters["forecast_prewarms"] >= cold.count(False), functions.counters
+        assert functions.counters["prewarms"] == 0
 
 
 async def test_battery_nodes_get_cold_starts_last_and_shorter_keep_alives(nats_server, sqlite_url, tmp_path):

@@ -67,7 +67,10 @@ def hub_registry() -> CollectorRegistry:
         bus=_Bus(),
         federation=SimpleNamespace(clusters=[SimpleNamespace(name="default")]),
         placer=_Placer(),
-        functions=SimpleNamespace(instances={"e1": {"i": _instance("echo", "idle")}}),
+        functions=SimpleNamespace(
+            instances={"e1": {"i": _instance("echo", "idle")}},
+            counters=Counter({"prewarms": 2, "forecast_prewarms": 5}),
+        ),
         cordoned={"e1"},
         descheduler=SimpleNamespace(moves=3, held_by_budget=1),
     )
@@ -128,6 +131,9 @@ def test_the_hub_reads_nodes_bus_and_instances_at_scrape_time():
     assert got[("edgeplane_bus_malformed_messages_total", (("kind", "heartbeat"),))] == 2
     assert got[("edgeplane_bus_reconnects_total", (("cluster", "default"),))] == 3
     assert got[("edgeplane_function_instances", (("function", "echo"), ("state", "idle")))] == 1
+    assert got[("edgeplane_function_prewarmed_instances_total", (("why", "forecast"),))] == 5
+    assert got[("edgeplane_function_prewarmed_instances_total", (("why", "window"),))] == 2
+    assert got[("edgeplane_function_prewarmed_instances_total", (("why", "spare"),))] == 0
 
 
 def test_the_agent_reads_its_own_state_at_scrape_time():

@@ -216,13 +216,3 @@ def test_existing_policies_results_are_unchanged() -> None:
 class _NoRequests:
     def plan(self, workload: Workload) -> list[PrewarmPlan | None]:
         return [None] * len(workload.functions)
-
-
-def test_the_hub_refuses_a_forecast_policy_in_one_line(
-    tmp_path: object, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # The plan needs a whole trace's arrivals: the hub would run plain edgeplane under the name.
-    argv = ["serve", "--function-policy", "edgeplane-forecast-seasonal", "--data-dir", str(tmp_path)]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--function-policy" in err and "simulate-functions" in err, err
