@@ -138,7 +138,9 @@ async def _generate(url: str, nodes: list[str], out: Any, stop: Any) -> None:
         out.put(("registered", len(nodes), time.monotonic() - began, retries))
 
     registering = asyncio.create_task(register_all())
-    telemetry = Telemetry(cpu_percent=5.0, memory_used_bytes=2**30, memory_total_bytes=8 * 2**30)
+    telemetry = Telemetry(cpu_percent=5.0, memory_used_bytes=2**30, memory_total_bytes=8 * 2**30, power_w=7.2)
+    if hasattr(telemetry, "power_method"):  # as a real agent sends it (older trees lack the field)
+        telemetry.power_method = "model"
     seq = 0
     start = time.monotonic()
     sent = 0

@@ -11,6 +11,7 @@ File keys (all optional except where the CLI does not give them)::
     labels: {zone: a}
     capacity: {cpu: 4, memory: 8Gi, dpu: 0}   # defaults: what the machine has
     power_supply_path: /sys/class/power_supply
+    powercap_path: /sys/class/powercap   # RAPL energy counters (node power; else the power model)
     work_dir: ~/.edgeplane/agent/<name>
     sandbox_root: ""           # units' work dirs (default: work_dir + .sandboxes, or /var/lib/edgeplane/...)
     stop_grace_s: 5
@@ -72,6 +73,7 @@ class AgentConfig:
     memory: int | None = None
     dpu: int = 0
     power_supply_path: str = "/sys/class/power_supply"
+    powercap_path: str = "/sys/class/powercap"
     work_dir: str = ""
     # Where units' work dirs go ("": <work_dir>.sandboxes where the run user can reach it, else
     # /var/lib/edgeplane/sandboxes/<node>; as the agent's own user, <work_dir>/sandboxes).
@@ -126,6 +128,7 @@ _KEYS = {
     "labels",
     "capacity",
     "power_supply_path",
+    "powercap_path",
     "work_dir",
     "sandbox_root",
     "stop_grace_s",
@@ -240,7 +243,7 @@ def _validate(data: dict[str, Any], source: str) -> AgentConfig:
     if isinstance(dpu, bool) or not isinstance(dpu, int) or dpu < 0:
         raise fail("capacity.dpu", "must be an integer >= 0")
     cfg.dpu = dpu
-    for key in ("power_supply_path", "work_dir"):
+    for key in ("power_supply_path", "powercap_path", "work_dir"):
         value = data.get(key, getattr(cfg, key))
         if not isinstance(value, str):
             raise fail(key, "must be a path string")

@@ -15,6 +15,7 @@ from edge_agent.functions.pool import FunctionPool
 from edge_agent.hub_link import HubLink
 from edge_agent.local_decisions import LocalDecider
 from edge_agent.telemetry import GpuReader, PowerReader, SystemReader
+from edge_agent.telemetry.node_power import NodePower, RaplReader
 from edge_agent.weights import current_weights
 
 __all__ = ["Heartbeats"]
@@ -54,11 +55,14 @@ class Heartbeats:
         self.registered = registered
         self.counters = counters
         self._seq = 0
+        self.node_power = NodePower(config.node_type, RaplReader(config.powercap_path))
 
     def telemetry(self) -> Telemetry:
         sample = self.system.read()
         power = self.power.read()
         policy = self.decider.policy
+        gpus = self.gpus.read()
+        watts, method = self.node_power.read(power, sample.cpu_percent, gpus)
         return Telemetry(
             cpu_percent=sample.cpu_percent,
             memory_used_bytes=sample.memory_used_bytes,
@@ -66,7 +70,9 @@ class Heartbeats:
             load_1m=sample.load_1m,
             power_source=power.source,
             battery_percent=power.battery_percent,
-            gpus=self.gpus.read(),
+            power_w=round(watts, 3),
+            power_method=method,
+            gpus=gpus,
             weights=list(current_weights(self.decider.reward_config, power)),
             policy=policy.source if policy is not None else "",
         )

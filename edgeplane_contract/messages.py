@@ -180,7 +180,11 @@ class Telemetry:
     load_1m: float = 0.0
     power_source: str = "mains"  # mains | battery | unknown
     battery_percent: float | None = None
+    # The node's draw and how it was had: battery (the battery's discharge reading), rapl (CPU
+    # packages' energy counters plus the GPUs' NVML readings) or model (the node type's power
+    # model at the measured CPU use); the hub shares it among the placements (energy per workload).
     power_w: float | None = None
+    power_method: str = ""
     gpus: list[GpuTelemetry] = field(default_factory=list)
     # The objective weights (w1 util, w2 qos, w3 energy, w4 penalty) the node's local policy
     # uses now: w3 follows the power source and battery level.

@@ -415,6 +415,7 @@ def telemetry_dict(telemetry: Telemetry | None) -> dict[str, Any]:
         "power_source": telemetry.power_source,
         "battery_percent": telemetry.battery_percent,
         "power_w": telemetry.power_w,
+        "power_method": telemetry.power_method,
         "gpus": [asdict(g) for g in telemetry.gpus],
         "weights": list(telemetry.weights),
         "policy": telemetry.policy,

@@ -35,6 +35,7 @@ from edgeplane_contract.transport import PAYLOAD_MARGIN
 
 from controlplane.bus.hub_bus import HubBus
 from controlplane.errors import NotFoundError, StoreUnavailableError, ValidationError
+from controlplane.fleet.energy import EnergyMeter
 from controlplane.fleet.nodes import NodeLive
 from controlplane.hub.descheduler import Descheduler
 from controlplane.hub.dispatch import AckEffect, Dispatcher, Sent
@@ -188,6 +189,11 @@ class Hub:
         self.placement_outcome_listeners: list[Callable[[str, float, str], None]] = []
         # Told each heartbeat's power source and battery level (the canary's energy guard).
         self.power_listeners: list[Callable[[NodeLive, str, float | None], None]] = []
+        # Each node's reported draw shared among its placements (energy per workload), and told
+        # (node, mean watts per requested vCPU, workload id) of each placement that ends
+        # Succeeded after a heartbeat counted it (the canary's energy-per-workload guard).
+        self.energy = EnergyMeter()
+        self.energy_listeners: list[Callable[[str, float, str], None]] = []
         # Nodes taking no new placements (the descheduler's cordon of an anomalous node).
         self.cordoned: set[str] = set()
         self.descheduler = Descheduler(self, settings.descheduler)
@@ -457,6 +463,14 @@ class Hub:
         self.intake_lag.observe(wall - msg.sent_at)
         if self.registry.heard(live, msg, loop.time(), wall):
             self.placer.set_node_power(node_name, msg.telemetry.power_source, msg.telemetry.battery_percent)
+        if msg.telemetry.power_w is not None:
+            self.energy.heard(
+                node_name,
+                msg.sent_at,
+                msg.telemetry.power_w,
+                msg.telemetry.power_method,
+                self._cpu_held(node_name, msg),
+            )
         self.functions.update_instances(node_name, msg.instances)
         live.policy_version = msg.policy_version
         if msg.policy_regret is not None:
@@ -705,18 +719,37 @@ class Hub:
         if sent:
             await self._apply_answers(sent)
 
-    def _placement_ended(self, placement: PlacementRow) -> None:
-        """A placement's outcome against its workload's SLA, to whoever listens: its time from
-        scheduling to its end over the SLA (capped), the cap for a failure; none without an SLA."""
-        if not self.placement_outcome_listeners or placement.status not in ("Succeeded", "Failed"):
-            return
-        spec = self.specs.get(placement.workload_id)
-        sla = spec.sla_latency_s if spec is not None else None
-        took = (placement.finished_at or time.time()) - placement.scheduled_at
-        value = latency_vs_sla(took if placement.status == "Succeeded" else None, sla)
-        if value is not None:
-            for listener in self.placement_outcome_listeners:
-                listener(placement.node, value, placement.workload_id)
+    def _cpu_held(self, node: str, msg: HeartbeatV1) -> list[tuple[str, float]]:
+        """(placement id, CPU request) of the placements a heartbeat lists that the hub has active there."""
+        held = []
+        for placement_id in msg.running:
+            owner = self._active.get(placement_id)
+            if owner is not None and owner[2] == node:
+                spec = self.specs.get(owner[0])
+                held.append((placement_id, spec.resources.cpu if spec is not None else 0.0))
+        return held
+
+    def _placement_ended(self, placement: PlacementRow) -> dict[str, Any] | None:
+        """A placement ended. Its outcome against its workload's SLA, to whoever listens: its time
+        from scheduling to its end over the SLA (capped), the cap for a failure; none without an
+        SLA. Its energy, to the energy listeners (a success) and into its event (returned)."""
+        used = self.energy.ended(placement.id)
+        if used is not None and placement.status == "Succeeded":
+            per_vcpu = used.watts_per_vcpu
+            if per_vcpu is not None:
+                for energy_listener in self.energy_listeners:
+                    energy_listener(placement.node, per_vcpu, placement.workload_id)
+        if self.placement_outcome_listeners and placement.status in ("Succeeded", "Failed"):
+            spec = self.specs.get(placement.workload_id)
+            sla = spec.sla_latency_s if spec is not None else None
+            took = (placement.finished_at or time.time()) - placement.scheduled_at
+            value = latency_vs_sla(took if placement.status == "Succeeded" else None, sla)
+            if value is not None:
+                for listener in self.placement_outcome_listeners:
+                    listener(placement.node, value, placement.workload_id)
+        if used is None:
+            return None
+        return {"energy_j": round(used.joules, 3), "energy_method": used.method}
 
     # --- the descheduler's view (hub/descheduler.py) ------------------------------------------
 
@@ -766,6 +799,7 @@ class Hub:
     async def _set_node_status(self, s: AsyncSession, live: NodeLive, status: str, why: str) -> None:
         if status != "Ready":
             self.functions.node_lost(live.name)
+            self.energy.node_lost(live.name)
         self.placer.set_node_ready(live.name, status == "Ready" and live.name not in self.cordoned)
         await self.registry.set_status(s, live, status, why)
 

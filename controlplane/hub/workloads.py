@@ -12,6 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -52,14 +53,16 @@ class PlacementBook:
         wake: Callable[[], None],
         learning: InterferenceLearning | None = None,
         specs: SpecCache | None = None,
-        on_end: Callable[[PlacementRow], None] | None = None,
+        on_end: Callable[[PlacementRow], dict[str, Any] | None] | None = None,
     ) -> None:
         self.placer = placer
         # Parsed workload specs: the restart policy of a placement its node's shutdown ended.
         self.specs = specs if specs is not None else SpecCache()  # an empty cache is falsy
         self._active = active
         self._wake = wake
-        self._on_end = on_end  # told of every placement that ends (the canary's outcome samples)
+        # Told of every placement that ends (the canary's outcome samples); what it returns goes
+        # into the end's event (the placement's energy).
+        self._on_end = on_end
         # Where a success's runtime observation goes (None: nowhere).
         self.learning = learning
         # Workloads whose status is worked out at the end of a ``refreshing_once`` block (None:
@@ -229,9 +232,10 @@ class PlacementBook:
         placement.updated_at = now
         self.placer.release(placement.workload_id, placement.replica)
         self._active.pop(placement.id, None)
+        extra: dict[str, Any] | None = None
         if self._on_end is not None:
             try:
-                self._on_end(placement)
+                extra = self._on_end(placement)
             except Exception:  # a listener must not cost the transaction
                 log.exception("placement end listener failed")
         Store.add_event(
@@ -241,7 +245,7 @@ class PlacementBook:
             placement.workload_id,
             f"replica {placement.replica} on {placement.node}: {message or status}"
             + (f" (exit code {placement.exit_code})" if placement.exit_code is not None else ""),
-            {"placement_id": placement.id, "exit_code": placement.exit_code},
+            {"placement_id": placement.id, "exit_code": placement.exit_code, **(extra or {})},
         )
         await self.refresh_workload(s, placement.workload_id)
 

@@ -18,6 +18,7 @@ from edgeplane_contract.messages import FunctionInstance
 from controlplane import __version__
 from controlplane.bus.hub_bus import HubBus
 from controlplane.federation.config import FederationConfig
+from controlplane.fleet.energy import EnergyMeter
 from controlplane.fleet.nodes import NodeLive
 from controlplane.observe.functions import FunctionMetrics
 from controlplane.observe.scheduler import SchedulerMetrics
@@ -57,6 +58,8 @@ class HubView(Protocol):
     def cordoned(self) -> set[str]: ...
     @property
     def descheduler(self) -> Any: ...
+    @property
+    def energy(self) -> EnergyMeter: ...
 
 
 class InterferenceView(Protocol):
@@ -158,6 +161,18 @@ class HubCollector(Collector):
         yield from self._nodes()
         yield from self._bus()
         yield from self._instances()
+        yield from self._energy()
+
+    def _energy(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "edgeplane_node_energy_joules",
+            "Energy the nodes drew, from their heartbeats' power (method: battery, rapl or model)",
+            labels=["cluster", "node", "method"],
+        )
+        for (node, method), joules in sorted(self.hub.energy.node_joules.items()):
+            live = self.hub.nodes.get(node)
+            family.add_metric([live.cluster if live is not None else "", node, method], joules)
+        yield family
 
     def _nodes(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         hub = self.hub

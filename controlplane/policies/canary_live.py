@@ -76,6 +76,9 @@ class CanaryHub(Protocol):
     @property
     def power_listeners(self) -> list[Callable[[NodeLive, str, float | None], None]]: ...
 
+    @property
+    def energy_listeners(self) -> list[Callable[[str, float, str], None]]: ...
+
 
 class LiveCanary(LiveRollout):
     """One version's canary, from its start to its promotion or rollback."""
@@ -101,14 +104,27 @@ class LiveCanary(LiveRollout):
         # each group's nodes. Energy: the battery drain (percent per hour) of the group's nodes
         # on battery, one sample per node per ``drain_window_s``.
         self.drain = guard(config)
-        # The three signals per node type (edge boards, servers, ...), each judged on its own: a
+        # Energy per workload: each placement that ends Succeeded on a group's node, its mean
+        # draw per requested vCPU while it ran (the node's reported power shared among its
+        # placements: controlplane/fleet/energy.py).
+        self.energy = guard(config)
+        # The signals per node type (edge boards, servers, ...), each judged on its own: a
         # version that hurts one class of node only is not hidden by the others.
         self.by_type = ClassGuards(
             config,
-            {"regret": "decision regret", "outcomes": "outcomes against SLA", "drain": "battery drain"},
+            {
+                "regret": "decision regret",
+                "outcomes": "outcomes against SLA",
+                "drain": "battery drain",
+                "energy": "energy per workload",
+            },
             "nodes",
         )
-        self._pooled = ((self.outcomes, "outcomes against SLA"), (self.drain, "battery drain"))
+        self._pooled = (
+            (self.outcomes, "outcomes against SLA"),
+            (self.drain, "battery drain"),
+            (self.energy, "energy per workload"),
+        )
         self.drain_window_s = drain_window_s
         self.drain_span_s = drain_span_s
         self._levels: dict[str, deque[tuple[float, float]]] = {}  # node -> (t, battery %) on battery
@@ -137,6 +153,14 @@ class LiveCanary(LiveRollout):
         if group is not None and live is not None:
             self.outcomes.observe(group, value, self._t())
             self.by_type.of("outcomes", live.node_type).observe(group, value, self._t())
+
+    def observe_energy(self, node: str, watts_per_vcpu: float, workload_id: str = "") -> None:
+        """A placement that ended Succeeded on ``node``: its mean draw per requested vCPU."""
+        live = self.hub.nodes.get(node)
+        group = self._group(live)
+        if group is not None and live is not None:
+            self.energy.observe(group, watts_per_vcpu, self._t())
+            self.by_type.of("energy", live.node_type).observe(group, watts_per_vcpu, self._t())
 
     def observe_power(self, live: NodeLive, source: str, battery_percent: float | None) -> None:
         """A heartbeat's power. On battery, every ``drain_window_s`` the node's drain over the
@@ -237,6 +261,7 @@ class LiveCanary(LiveRollout):
         self.hub.policy_regret_listeners.append(self.observe)
         self.hub.placement_outcome_listeners.append(self.observe_outcome)
         self.hub.power_listeners.append(self.observe_power)
+        self.hub.energy_listeners.append(self.observe_energy)
         try:
             await self.tick()  # the start: the first share
             while self.state == "canary":
@@ -256,6 +281,7 @@ class LiveCanary(LiveRollout):
             self.hub.policy_regret_listeners.remove(self.observe)
             self.hub.placement_outcome_listeners.remove(self.observe_outcome)
             self.hub.power_listeners.remove(self.observe_power)
+            self.hub.energy_listeners.remove(self.observe_energy)
 
     @classmethod
     def resumed(
@@ -304,6 +330,8 @@ class LiveCanary(LiveRollout):
             "outcome_samples": dict(self.outcomes.samples),
             "drain_scores": dict(zip(("canary", "control"), self.drain.scores, strict=True)),
             "drain_samples": dict(self.drain.samples),
+            "energy_scores": dict(zip(("canary", "control"), self.energy.scores, strict=True)),
+            "energy_samples": dict(self.energy.samples),
             "classes": self.by_type.describe(),
             "nodes": list(self.nodes),
             "failure": self.failure,
@@ -397,6 +425,8 @@ class CanaryRollouts:
             "outcome_scores": {"canary": 0.0, "control": 0.0},
             "drain_samples": dict(zero),
             "drain_scores": {"canary": 0.0, "control": 0.0},
+            "energy_samples": dict(zero),
+            "energy_scores": {"canary": 0.0, "control": 0.0},
             "classes": [],
             "events": list(row.events),
             "nodes": list(row.nodes),

@@ -25,6 +25,9 @@ class PowerState:
     source: str  # "mains" | "battery"
     battery_percent: float | None = None
     battery_status: str | None = None
+    # On battery, the node's draw as the battery reports it (``power_now``, else ``current_now`` x
+    # ``voltage_now``); None on mains or where the battery gives neither.
+    power_w: float | None = None
 
 
 class PowerReader(Protocol):
@@ -36,6 +39,24 @@ def _read(path: Path) -> str | None:
         return path.read_text(encoding="ascii", errors="replace").strip()
     except OSError:
         return None
+
+
+def _micro(path: Path) -> float | None:
+    text = _read(path)
+    try:
+        value = float(text) / 1e6 if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and value >= 0 else None
+
+
+def _battery_draw_w(supply: Path) -> float | None:
+    """Watts a battery delivers: ``power_now`` (µW), else ``current_now`` (µA) x ``voltage_now`` (µV)."""
+    watts = _micro(supply / "power_now")
+    if watts is not None:
+        return watts
+    amps, volts = _micro(supply / "current_now"), _micro(supply / "voltage_now")
+    return amps * volts if amps is not None and volts is not None else None
 
 
 class SysfsPowerReader:
@@ -51,6 +72,7 @@ class SysfsPowerReader:
             return PowerState(source="mains")
         external_online = False
         batteries: list[tuple[float | None, str | None]] = []
+        draws: list[float | None] = []
         for supply in supplies:
             kind = (_read(supply / "type") or "").lower()
             if kind in ("mains", "usb", "ups", "usb_c", "usb_pd", "wireless"):
@@ -66,12 +88,16 @@ class SysfsPowerReader:
                     log.warning("unreadable battery capacity %r in %s", capacity, supply)
                     percent = None
                 batteries.append((percent, _read(supply / "status")))
+                draws.append(_battery_draw_w(supply))
         if not batteries:
             return PowerState(source="mains")
         levels = [p for p, _ in batteries if p is not None]
         level = sum(levels) / len(levels) if levels else None
+        on_battery = not external_online
+        known = [w for w in draws if w is not None]
         return PowerState(
-            source="mains" if external_online else "battery",
+            source="battery" if on_battery else "mains",
             battery_percent=level,
             battery_status=batteries[0][1],
+            power_w=sum(known) if on_battery and known else None,
         )

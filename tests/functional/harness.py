@@ -267,8 +267,11 @@ class AgentHandle:
             await asyncio.wait_for(self.task, timeout=10)
 
 
-def write_power_supply(root: Path, *, on_battery: bool, percent: float = 80.0) -> None:
-    """A fake /sys/class/power_supply: an AC adapter and one battery."""
+def write_power_supply(
+    root: Path, *, on_battery: bool, percent: float = 80.0, power_w: float | None = None
+) -> None:
+    """A fake /sys/class/power_supply: an AC adapter and one battery (``power_w``: its discharge
+    reading, ``power_now``)."""
     ac, battery = root / "AC", root / "BAT0"
     ac.mkdir(parents=True, exist_ok=True)
     battery.mkdir(parents=True, exist_ok=True)
@@ -278,6 +281,8 @@ def write_power_supply(root: Path, *, on_battery: bool, percent: float = 80.0) -
     (battery / "present").write_text("1\n")
     (battery / "capacity").write_text(f"{int(percent)}\n")
     (battery / "status").write_text("Discharging\n" if on_battery else "Charging\n")
+    if power_w is not None:
+        (battery / "power_now").write_text(f"{round(power_w * 1e6)}\n")
 
 
 # AgentConfig keys a test may set as they are (restart back-off, offline scale-down interval, ...).

@@ -356,6 +356,58 @@ async def test_the_energy_guard_rolls_back_a_canary_whose_nodes_drain_their_batt
             print("energy guard:", json.dumps(status_now["events"]), status_now["drain_scores"])
 
 
+async def test_the_energy_guard_rolls_back_a_canary_whose_workloads_draw_more_per_vcpu(
+    secured: SecuredNats, sqlite_url: str, tmp_path: Path
+) -> None:
+    """Real agents on battery whose batteries report their discharge (the one mocked part): the
+    canary's nodes draw 30 W, the control's 10 W. Workloads of half a vCPU run on every node; each one
+    that ends is a sample of its node's group: its share of the node's draw per requested vCPU.
+    Regret and SLA say nothing; the energy-per-workload guard rolls the version back, and each
+    workload's energy is in its PlacementSucceeded event."""
+    async with running_hub(secured.url, sqlite_url, **secured.hub_overrides()) as (running, api):
+        names = ["e1", "e2", "e3", "e4"]
+        seeds = {name: await _enrol(running, name) for name in names}
+        async with _agents(secured, tmp_path, seeds):
+            for name in names:
+                write_power_supply(tmp_path / f"power-{name}", on_battery=True, percent=90.0, power_w=10.0)
+            await api.call("POST", "/v1/policies", body(FP32, METADATA))
+            rules = {**CANARY, "steps": [50, 100], "dwell_s": 120, "threshold": 0.5, "min_samples": 3}
+            status, started = await api.call("POST", "/v1/policies/1/canary", {**rules, "recent": 3})
+            assert status == 201 and len(started["nodes"]) == 2, started
+            canary_nodes = set(started["nodes"])
+            for name in canary_nodes:
+                write_power_supply(tmp_path / f"power-{name}", on_battery=True, percent=90.0, power_w=30.0)
+            await wait_for(lambda: _running_on(api, 1), lambda nodes: set(nodes) == canary_nodes, timeout=20)
+            status_now: dict[str, Any] = started
+            submitted: list[str] = []
+            for tick in range(80):  # 40 s at most
+                if tick % 2 == 0:  # one on each node (the scheduler would pack them on one or two)
+                    for name in names:
+                        spec = {
+                            "name": f"w{tick}-{name}",
+                            "command": ["sleep", "0.6"],
+                            "resources": {"cpu": 0.5},
+                            "affinity": {"nodes": [name]},
+                        }
+                        submitted.append(await api.post_workload(spec))
+                await asyncio.sleep(0.5)
+                status_now = await api.get("/v1/policies/1/canary")
+                if status_now["state"] != "canary":
+                    break
+            assert status_now["state"] == "rolled_back", json.dumps(status_now)
+            reason = status_now["events"][-1]["reason"]
+            assert reason.startswith("energy per workload: canary score"), status_now["events"]
+            assert (
+                status_now["energy_samples"]["canary"] >= 3 and status_now["energy_samples"]["control"] >= 3
+            )
+            assert status_now["energy_scores"]["canary"] > 0.5 >= status_now["energy_scores"]["control"]
+            events = (await api.get(f"/v1/events?object_id={submitted[0]}"))["items"]
+            ended = [e for e in events if e["kind"] == "PlacementSucceeded"]
+            assert ended and ended[0]["data"]["energy_method"] == "battery", events
+            assert ended[0]["data"]["energy_j"] > 0, ended
+            print("energy guard:", json.dumps(status_now["events"]), status_now["energy_scores"])
+
+
 async def test_a_running_canary_is_resumed_by_the_next_hub_on_the_store(
     secured: SecuredNats, sqlite_url: str
 ) -> None:

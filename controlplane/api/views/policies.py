@@ -169,6 +169,14 @@ class CanaryStatus:
         CanarySamples, {"description": "battery drain samples counted (the energy guard; nodes on battery)"}
     ]
     drain_scores: CanaryGroups
+    energy_samples: Annotated[
+        CanarySamples,
+        {
+            "description": "placements ended Succeeded counted (the energy-per-workload guard: each one's "
+            "mean draw per requested vCPU, from the nodes' reported power)"
+        },
+    ]
+    energy_scores: CanaryGroups
     classes: Annotated[list[CanaryClass], {"description": "the same signals per node type"}]
     events: list[CanaryEvent]
     nodes: list[str]
@@ -182,6 +190,8 @@ class CanaryStatus:
             **_canary_fields(d),
             drain_samples=CanarySamples(**d["drain_samples"]),
             drain_scores=CanaryGroups(**d["drain_scores"]),
+            energy_samples=CanarySamples(**d["energy_samples"]),
+            energy_scores=CanaryGroups(**d["energy_scores"]),
             nodes=list(d["nodes"]),
         )
 

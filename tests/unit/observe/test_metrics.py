@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from edgeplane_contract.messages import FunctionInstance
 from edgeplane_contract.objective import RewardConfig
 
+from controlplane.fleet.energy import EnergyMeter
 from controlplane.fleet.nodes import NodeLive
 from controlplane.observe.hub import HubMetrics
 from controlplane.observe.scheduler import SchedulerMetrics
@@ -71,6 +72,7 @@ def hub_registry() -> CollectorRegistry:
             instances={"e1": {"i": _instance("echo", "idle")}},
             counters=Counter({"prewarms": 2, "forecast_prewarms": 5}),
         ),
+        energy=_energy(),
         cordoned={"e1"},
         descheduler=SimpleNamespace(moves=3, held_by_budget=1),
     )
@@ -134,6 +136,22 @@ def test_the_hub_reads_nodes_bus_and_instances_at_scrape_time():
     assert got[("edgeplane_function_prewarmed_instances_total", (("why", "forecast"),))] == 5
     assert got[("edgeplane_function_prewarmed_instances_total", (("why", "window"),))] == 2
     assert got[("edgeplane_function_prewarmed_instances_total", (("why", "spare"),))] == 0
+    assert (
+        got[
+            (
+                "edgeplane_node_energy_joules_total",
+                (("cluster", "default"), ("method", "battery"), ("node", "e1")),
+            )
+        ]
+        == 20.0
+    )
+
+
+def _energy() -> EnergyMeter:
+    meter = EnergyMeter()
+    meter.heard("e1", 0.0, 10.0, "battery", [])
+    meter.heard("e1", 2.0, 10.0, "battery", [])
+    return meter
 
 
 def test_the_agent_reads_its_own_state_at_scrape_time():

@@ -23,6 +23,7 @@ class StandInHub:
         self.policy_regret_listeners: list[Any] = []
         self.placement_outcome_listeners: list[Any] = []
         self.power_listeners: list[Any] = []
+        self.energy_listeners: list[Any] = []
 
 
 async def _store_with_a_version(tmp_path: Path) -> Store:
@@ -196,6 +197,50 @@ async def test_a_drain_the_whole_fleet_shares_does_not_roll_the_canary_back(tmp_
     canary = await _drain_run(tmp_path, 0.1, 0.1)
     assert canary.state != "rolled_back", canary.describe()
     assert canary.describe()["drain_samples"]["canary"] >= 5
+
+
+async def _energy_run(tmp_path: Path, canary_w_per_vcpu: float, control_w_per_vcpu: float) -> LiveCanary:
+    """Four placements end Succeeded on every node each second, at the given mean draw per
+    requested vCPU on the canary's nodes and on the control's (what the hub's energy meter gives
+    the listeners: ``tests/unit/spine/test_energy_meter.py``), with a little spread."""
+    store = await _store_with_a_version(tmp_path)
+    try:
+        registry = PolicyRegistry(store)
+        hub = StandInHub()
+        now = [0.0]
+        canary = _half_then_all(registry, hub, now, dwell_s=600, sustain_s=5)
+        await canary.tick()
+        for name in canary.nodes:
+            hub.nodes[name].policy_version = 1
+        for second in range(120):
+            now[0] = float(second)
+            for name, live in hub.nodes.items():
+                canary.observe(live, 0.0)  # the decisions look fine
+                mean = canary_w_per_vcpu if name in canary.nodes else control_w_per_vcpu
+                for k in range(4):
+                    canary.observe_energy(name, mean * (0.9 + 0.05 * k), f"w-{second}-{k}")
+            await canary.tick()
+            if canary.state != "canary":
+                break
+        return canary
+    finally:
+        await store.close()
+
+
+async def test_a_canary_whose_workloads_draw_more_per_vcpu_is_rolled_back(tmp_path: Path) -> None:
+    # The canary's nodes draw 3x the control's per requested vCPU for the same work.
+    canary = await _energy_run(tmp_path, 60.0, 20.0)
+    assert canary.state == "rolled_back", canary.describe()
+    described = canary.describe()
+    assert described["events"][-1]["reason"].startswith("energy per workload: canary score")
+    assert described["energy_scores"]["canary"] > 0.5 >= described["energy_scores"]["control"]
+    assert described["energy_samples"]["canary"] >= 5 and described["energy_samples"]["control"] >= 5
+
+
+async def test_the_same_energy_per_workload_does_not_roll_the_canary_back(tmp_path: Path) -> None:
+    canary = await _energy_run(tmp_path, 20.0, 20.0)
+    assert canary.state != "rolled_back", canary.describe()
+    assert canary.describe()["energy_samples"]["canary"] >= 5
 
 
 def test_nodes_on_mains_give_no_drain_samples() -> None:

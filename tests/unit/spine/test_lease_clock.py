@@ -90,6 +90,7 @@ def test_the_heartbeats_telemetry_copy_is_asdict():
         power_source="battery",
         battery_percent=40.0,
         power_w=7.5,
+        power_method="battery",
         gpus=[
             GpuTelemetry(
                 index=0, name="g", utilization_percent=3.0, memory_used_bytes=1, memory_total_bytes=2

@@ -115,6 +115,8 @@ async def _samples() -> dict[type, list[Any]]:
             "outcome_samples": {"canary": 2, "control": 5},
             "drain_scores": {"canary": 0.0, "control": 0.0},
             "drain_samples": {"canary": 0, "control": 3},
+            "energy_scores": {"canary": 1.5, "control": 0.0},
+            "energy_samples": {"canary": 4, "control": 6},
             "classes": [],
             "nodes": ["n1"],
             "failure": "",
