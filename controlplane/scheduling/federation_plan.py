@@ -16,7 +16,14 @@ from edgeplane_contract.mig import MIG_SPECS
 from edgeplane_contract.resources import ResourceRequest
 
 from controlplane.federation.config import FederationConfig
-from controlplane.federation.placement import ClusterAggregate, ClusterPlan, plan_clusters
+from controlplane.federation.placement import ClusterAggregate, ClusterPlan
+from controlplane.federation.plan_arrays import (
+    UNKNOWN,
+    ClusterColumns,
+    FederationColumns,
+    federation_columns,
+    plan_clusters_columns,
+)
 from controlplane.scheduling.actions import mig_slots_free
 from controlplane.scheduling.framework import BoolArray, IntArray
 from controlplane.scheduling.model import WorkloadRequest
@@ -94,17 +101,22 @@ class _ClusterSums:
             self.largest[cid] = self.largest_row[self.rows_of[cid]].max()
 
 
+def _kept_sums(t: NodeTable) -> _ClusterSums:
+    kept = t.static_cache.get(_CACHE_KEY)
+    if not isinstance(kept, _ClusterSums):
+        kept = t.static_cache[_CACHE_KEY] = _ClusterSums(t)
+    else:
+        kept.refresh(t)
+    return kept
+
+
 def cluster_aggregates(nodes: NodeTable) -> dict[str, ClusterAggregate]:
     """Free capacity per cluster over ready nodes (the input of cluster-level placement)."""
     t = nodes
     out: dict[str, ClusterAggregate] = {}
     if not len(t):
         return out
-    kept = t.static_cache.get(_CACHE_KEY)
-    if not isinstance(kept, _ClusterSums):
-        kept = t.static_cache[_CACHE_KEY] = _ClusterSums(t)
-    else:
-        kept.refresh(t)
+    kept = _kept_sums(t)
     sums = kept.sums.tolist()
     largest = kept.largest.tolist()
     for cid, name in enumerate(t.clusters.names):
@@ -143,38 +155,79 @@ def cluster_plan(
     unavailable: Set[str],
     *,
     least_quota: tuple[float, float] = (1.0, 1.0),
+    explain: bool = True,
 ) -> ClusterPlan | None:
     """Clusters for ``count`` replicas of ``request``; None when there is nothing to choose from.
     ``least_quota``: the smallest CPU and memory quota bins of the profile's action space (a
-    replica may hold that multiple of its request), so that a cluster's room stays an upper bound."""
+    replica may hold that multiple of its request), so that a cluster's room stays an upper bound.
+    ``explain``: fill the plan's per-cluster score table (only explanations read it).
+
+    The plan is :func:`~controlplane.federation.placement.plan_clusters`', computed over one
+    column per figure (:mod:`~controlplane.federation.plan_arrays`) from the kept cluster sums."""
     if federation is None or len(federation.clusters) < 2:
         return None
-    aggregates = cluster_aggregates(nodes)
     resources = request.resources
-    if request.resources.mig:
-        _count_mig_hosts(nodes, request.resources.mig, aggregates)
     if least_quota != (1.0, 1.0):
         resources = replace(
             resources, cpu=resources.cpu * least_quota[0], memory=int(resources.memory * least_quota[1])
         )
-    _count_replica_slots(nodes, resources, aggregates)
-    return plan_clusters(
+    fed = federation_columns(federation)
+    return plan_clusters_columns(
         resources=resources,
         replicas=count,
         federation=federation,
-        aggregates=aggregates,
+        fed=fed,
+        columns=_columns(fed, nodes, request.resources.mig, resources),
         clusters=request.affinity.clusters,
         regions=request.affinity.regions,
         avoid_clusters=request.anti_affinity.clusters,
         avoid_regions=request.anti_affinity.regions,
         unavailable=unavailable,
         origin_region=origin_region(nodes, request),
+        scores=explain,
     )
 
 
-def _count_mig_hosts(nodes: NodeTable, profiles: list[str], aggregates: dict[str, ClusterAggregate]) -> None:
-    """Set each cluster's ``mig_hosts``: its ready nodes' MIG GPUs with a free legal slot for the
-    largest of ``profiles`` (the fragmentation the summed compute slices cannot see)."""
+def _columns(
+    fed: FederationColumns, nodes: NodeTable, mig: list[str], resources: ResourceRequest
+) -> ClusterColumns:
+    """Each federated cluster's figures, in the federation's order (a cluster no node has
+    joined: none ready)."""
+    t = nodes
+    names = fed.names
+    k = len(t.clusters.names)
+    kept_ids = t.static_cache.get("federation_cluster_ids")  # cleared with the table's clusters
+    if isinstance(kept_ids, tuple) and kept_ids[0] is fed:
+        cid = kept_ids[1]
+    else:
+        cid = np.array([t.clusters.ids.get(name, k) for name in names], dtype=np.int64)
+        t.static_cache["federation_cluster_ids"] = (fed, cid)
+    if len(t):
+        kept = _kept_sums(t)
+        sums = np.vstack([kept.sums, np.zeros((1, 7), dtype=np.int64)])[cid]
+        largest = np.append(kept.largest, 0)[cid]
+    else:
+        sums = np.zeros((len(names), 7), dtype=np.int64)
+        largest = np.zeros(len(names), dtype=np.int64)
+    unknown = np.full(len(names), UNKNOWN, dtype=np.int64)
+    hosts = np.append(_mig_hosts(t, mig), 0)[cid] if mig else unknown
+    slots = _replica_slots(t, resources)
+    return ClusterColumns(
+        ready_nodes=sums[:, _READY],
+        cpu_free=sums[:, _CPU] / 1000.0,
+        memory_free=sums[:, _MEM].astype(np.float64),
+        gpus_free=sums[:, _GPUS],
+        mig_compute_free=sums[:, _MIG],
+        dpus_free=sums[:, _DPUS],
+        mig_largest_free=largest,
+        mig_hosts=hosts,
+        replica_slots=np.append(slots, 0)[cid] if slots is not None else unknown,
+    )
+
+
+def _mig_hosts(nodes: NodeTable, profiles: list[str]) -> IntArray:
+    """Per node-table cluster: its ready nodes' MIG GPUs with a free legal slot for the largest
+    of ``profiles`` (the fragmentation the summed compute slices cannot see)."""
     t = nodes
     largest = max(profiles, key=lambda p: MIG_SPECS[p].compute)
     k = len(t.clusters.names)
@@ -183,28 +236,19 @@ def _count_mig_hosts(nodes: NodeTable, profiles: list[str], aggregates: dict[str
         rows = t.static_cache["mig_rows"] = np.flatnonzero(t.mig_gpu.any(axis=1))
     rows = rows[t.ready[rows]]
     if not len(rows):
-        hosts = np.zeros(k, dtype=np.int64)
-    else:
-        can = (
-            mig_slots_free(t.mig_gpu[rows], largest, t.mig_occ[rows], t.mig_comp[rows])
-            .any(axis=2)
-            .sum(axis=1)
-        )
-        hosts = np.bincount(t.cluster[rows], weights=can, minlength=k).astype(np.int64)
-    for cid, name in enumerate(t.clusters.names):
-        aggregate = aggregates.get(name)
-        if aggregate is not None:
-            aggregate.mig_hosts = int(hosts[cid])
+        return np.zeros(k, dtype=np.int64)
+    can = mig_slots_free(t.mig_gpu[rows], largest, t.mig_occ[rows], t.mig_comp[rows]).any(axis=2).sum(axis=1)
+    hosts: IntArray = np.bincount(t.cluster[rows], weights=can, minlength=k).astype(np.int64)
+    return hosts
 
 
-def _count_replica_slots(
-    nodes: NodeTable, res: ResourceRequest, aggregates: dict[str, ClusterAggregate]
-) -> None:
-    """Set each cluster's ``replica_slots``: replicas of ``res`` its ready nodes hold by CPU and
-    memory, each node counted alone (the cycle's fit test, ``ActionSpace.analyse``, node by node),
-    so that a cluster whose free CPU and free memory sit on different nodes is not planned."""
+def _replica_slots(nodes: NodeTable, res: ResourceRequest) -> IntArray | None:
+    """Per node-table cluster: replicas of ``res`` its ready nodes hold by CPU and memory, each
+    node counted alone (the cycle's fit test, ``ActionSpace.analyse``, node by node), so that a
+    cluster whose free CPU and free memory sit on different nodes is not planned (None: the
+    request asks for neither)."""
     if res.cpu <= 0 and res.memory <= 0:
-        return
+        return None
     t = nodes
     eps = 1e-9
     per_node = np.full(len(t), np.inf)
@@ -213,8 +257,5 @@ def _count_replica_slots(
     if res.memory > 0:
         per_node = np.minimum(per_node, (t.mem_cap - t.mem_alloc + eps) / res.memory)
     slots = np.floor(np.clip(per_node, 0.0, 1e6)) * t.ready
-    held = np.bincount(t.cluster, weights=slots, minlength=len(t.clusters.names))
-    for cid, name in enumerate(t.clusters.names):
-        aggregate = aggregates.get(name)
-        if aggregate is not None:
-            aggregate.replica_slots = int(held[cid])
+    held: IntArray = np.bincount(t.cluster, weights=slots, minlength=len(t.clusters.names)).astype(np.int64)
+    return held

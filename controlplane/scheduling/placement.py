@@ -103,7 +103,13 @@ class Placer:
         space = self.cycles.profile.action_space
         least = (min(space.cpu_bins), min(space.memory_bins))
         plan = cluster_plan(
-            self.federation, self.nodes, request, len(replicas), self.unavailable, least_quota=least
+            self.federation,
+            self.nodes,
+            request,
+            len(replicas),
+            self.unavailable,
+            least_quota=least,
+            explain=explain,
         )
         placements: list[ReplicaPlacement] = []
         explanations: list[ReplicaExplanation] = []
