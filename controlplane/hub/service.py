@@ -464,6 +464,7 @@ class Hub:
         if self.registry.heard(live, msg, loop.time(), wall):
             self.placer.set_node_power(node_name, msg.telemetry.power_source, msg.telemetry.battery_percent)
         if msg.telemetry.power_w is not None:
+            # On the agent's clock: the time between its own heartbeats, not their transit.
             self.energy.heard(
                 node_name,
                 msg.sent_at,
@@ -471,6 +472,8 @@ class Hub:
                 msg.telemetry.power_method,
                 self._cpu_held(node_name, msg),
             )
+        else:
+            self.energy.node_lost(node_name)  # no reading: no interval across it
         self.functions.update_instances(node_name, msg.instances)
         live.policy_version = msg.policy_version
         if msg.policy_regret is not None:

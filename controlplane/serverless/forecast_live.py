@@ -138,13 +138,16 @@ class LiveForecast:
             return closed >= self.config.fit_bins
         return self.bin_of(now) - 1 - self._fitted_through >= self.config.fit_bins
 
-    def fit(self, history: FloatArray, through_bin: int) -> LoadPredictor:
-        """Fit a model on ``history`` (blocking: call it in a worker thread); put it in place
-        with :meth:`use`."""
-        model = LoadPredictor(1, self.config.period_bins, seed=self.config.seed)
-        model.fit(history)
-        self._fitted_through = through_bin  # not fitted again for this span even if it fails later
-        return model
+    def fitting(self, now: float) -> FloatArray:
+        """Start a (re)fit: the history to fit on. The span counts as fitted from here, so a fit
+        that fails is not tried again before ``fit_bins`` more bins have closed."""
+        self._fitted_through = self.bin_of(now) - 1
+        return self.history(now)[1]
+
+    def fit(self, history: FloatArray) -> LoadPredictor:
+        """A model fitted on ``history`` (blocking, seconds: call it in a worker thread); put it
+        in place with :meth:`use`."""
+        return LoadPredictor(1, self.config.period_bins, seed=self.config.seed).fit(history)
 
     def use(self, model: LoadPredictor) -> None:
         self._model = model

@@ -190,8 +190,12 @@ class FunctionService:
                 continue
             now = loop.time()
             if forecast.fit_due(now):
-                self._spawn(self._fit_forecast(forecast, now))
-            decisions = forecast.decide(now, lambda name: self.estimates.exec_ms(name) / 1000)
+                self._spawn(self._fit_forecast(forecast, forecast.fitting(now)))
+            try:
+                decisions = forecast.decide(now, lambda name: self.estimates.exec_ms(name) / 1000)
+            except Exception:  # a bad bin must not end forecasting for good
+                log.exception("forecast pre-warm: no decision this bin")
+                continue
             for name, count, hold_s in decisions[: self.settings.forecast_prewarms_per_bin]:
                 if name in self.registry.specs:
                     self._spawn(self.warmth.prewarm(name, count=count, reason="forecast", hold_s=hold_s))
@@ -202,14 +206,13 @@ class FunctionService:
                     self.settings.forecast_prewarms_per_bin,
                 )
 
-    async def _fit_forecast(self, forecast: LiveForecast, now: float) -> None:
+    async def _fit_forecast(self, forecast: LiveForecast, history: Any) -> None:
         """(Re)fit the learned forecaster in a worker thread (seconds), then put it in place."""
-        _, history = forecast.history(now)
         began = time.perf_counter()
         try:
-            model = await asyncio.to_thread(forecast.fit, history, forecast.bin_of(now) - 1)
-        except ValueError as exc:  # too little history for the horizon
-            log.info("forecast pre-warm: not fitted (%s)", exc)
+            model = await asyncio.to_thread(forecast.fit, history)
+        except Exception as exc:  # e.g. too little history for the horizon: the next span tries again
+            log.warning("forecast pre-warm: not fitted (%s)", exc)
             return
         forecast.use(model)
         log.info(

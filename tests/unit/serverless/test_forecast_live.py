@@ -104,8 +104,9 @@ def test_the_learned_forecaster_decides_only_once_fitted() -> None:
             live.observe("every-tenth", b + 0.5)
     assert not live.fit_due(100.0) and live.decide(100.0, lambda _: 0.0) == []
     assert live.fit_due(120.0)
-    _, history = live.history(120.0)
-    live.use(live.fit(history, 119))
+    history = live.fitting(120.0)
+    assert not live.fit_due(120.5)  # the span counts as fitted from the start of its fit
+    live.use(live.fit(history))
     assert not live.fit_due(121.0) and live.fit_due(240.0)  # again fit_bins later
     got = {name for name, _, _ in live.decide(200.001, lambda _: 0.0)}
     assert "every-bin" in got and "every-tenth" in got  # bin 200 is a tenth bin
