@@ -20,7 +20,7 @@ Failover re-plans a workload's replicas with the unavailable clusters excluded.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from edgeplane_contract.resources import MIG_PROFILES, ResourceRequest
 
 from controlplane.federation.config import FederationConfig
 
-__all__ = ["ClusterAggregate", "ClusterPlan", "plan_clusters"]
+__all__ = ["ClusterAggregate", "ClusterPlan", "plan_clusters", "spread_picks"]
 
 
 @dataclass(slots=True)
@@ -141,6 +141,18 @@ def _divide(total: int, shares: dict[str, float], caps: dict[str, int], order: l
     return counts
 
 
+def spread_picks(regions: Sequence[str], spread: int, minimum: int) -> list[int] | str:
+    """The spread rule over the ranked clusters' ``regions``: the positions of the best cluster of
+    each of the ``spread`` best regions, or why there are not enough (``minimum``: the policy's
+    ``spread_min_regions``)."""
+    best: dict[str, int] = {}
+    for k, region in enumerate(regions):
+        best.setdefault(region, k)
+    if len(best) < spread:
+        return f"spread_min_regions={minimum} but only {len(best)} eligible region(s) have room"
+    return list(best.values())[:spread]
+
+
 def plan_clusters(
     *,
     resources: ResourceRequest,
@@ -195,18 +207,11 @@ def plan_clusters(
     counts = {c: 0 for c in ranking}
     spread = min(policy.spread_min_regions, replicas)
     if spread > 1:
-        best_per_region: dict[str, str] = {}
-        for c in ranking:
-            best_per_region.setdefault(by_name[c].region, c)
-        if len(best_per_region) < spread:
-            return ClusterPlan(
-                ranking=ranking,
-                scores=scores,
-                reason=f"spread_min_regions={policy.spread_min_regions} but only {len(best_per_region)} "
-                "eligible region(s) have room",
-            )
-        for c in list(best_per_region.values())[:spread]:
-            counts[c] += 1
+        picks = spread_picks([by_name[c].region for c in ranking], spread, policy.spread_min_regions)
+        if isinstance(picks, str):
+            return ClusterPlan(ranking=ranking, scores=scores, reason=picks)
+        for k in picks:
+            counts[ranking[k]] += 1
     rest = replicas - sum(counts.values())
     if policy.divide == "weights":
         shares = {c: by_name[c].weight for c in ranking}

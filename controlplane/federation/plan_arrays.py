@@ -21,7 +21,7 @@ import numpy.typing as npt
 from edgeplane_contract.resources import MIG_PROFILES, ResourceRequest
 
 from controlplane.federation.config import FederationConfig
-from controlplane.federation.placement import ClusterAggregate, ClusterPlan
+from controlplane.federation.placement import ClusterAggregate, ClusterPlan, spread_picks
 
 __all__ = ["ClusterColumns", "FederationColumns", "plan_clusters_columns"]
 
@@ -224,18 +224,10 @@ def plan_clusters_columns(
     counts = np.zeros(len(ranked), dtype=np.int64)
     spread = min(policy.spread_min_regions, replicas)
     if spread > 1:
-        best_per_region: dict[str, int] = {}
-        for k, c in enumerate(ranked.tolist()):
-            best_per_region.setdefault(fed.regions[c], k)
-        if len(best_per_region) < spread:
-            return ClusterPlan(
-                ranking=ranking,
-                scores=table,
-                reason=f"spread_min_regions={policy.spread_min_regions} but only {len(best_per_region)} "
-                "eligible region(s) have room",
-            )
-        for k in list(best_per_region.values())[:spread]:
-            counts[k] += 1
+        picks = spread_picks([fed.regions[c] for c in ranked.tolist()], spread, policy.spread_min_regions)
+        if isinstance(picks, str):
+            return ClusterPlan(ranking=ranking, scores=table, reason=picks)
+        counts[picks] += 1
     rest = replicas - int(counts.sum())
     ranked_room = room[ranked]
     if policy.divide == "weights":

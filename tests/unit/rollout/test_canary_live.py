@@ -5,6 +5,7 @@ control group's, rolls the version back even while the decisions' regret says no
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -152,34 +153,46 @@ async def test_a_canary_goes_on_from_its_step_after_the_hub_restarts(tmp_path: P
         await store.close()
 
 
-async def _drain_run(tmp_path: Path, canary_pct_per_s: float, control_pct_per_s: float) -> LiveCanary:
-    """Every node on battery, heartbeats each second; the canary's and the control's nodes lose
-    charge at the given rates (the battery is the part that cannot run here: its level is
-    scripted, what the canary does with the heartbeats is real)."""
+Feed = Callable[[LiveCanary, int, str, NodeLive], None]
+
+
+async def _guarded_run(tmp_path: Path, seconds: int, feed: Feed, **kw: float) -> LiveCanary:
+    """Version 1's canary on half the nodes, ticked each second for ``seconds`` while ``feed``
+    gives it each node's samples of that second (the decisions' regret always 0: they look fine),
+    until it ends."""
     store = await _store_with_a_version(tmp_path)
     try:
         registry = PolicyRegistry(store)
         hub = StandInHub()
         now = [0.0]
-        canary = _half_then_all(
-            registry, hub, now, dwell_s=600, sustain_s=5, drain_window_s=5.0, drain_span_s=60.0
-        )
+        canary = _half_then_all(registry, hub, now, dwell_s=600, sustain_s=5, **kw)
         await canary.tick()
         for name in canary.nodes:
             hub.nodes[name].policy_version = 1
-        for second in range(300):
+        for second in range(seconds):
             now[0] = float(second)
             for name, live in hub.nodes.items():
-                rate = canary_pct_per_s if name in canary.nodes else control_pct_per_s
-                level = max(0.0, 100.0 - rate * second)
-                canary.observe(live, 0.0)  # the decisions look fine
-                canary.observe_power(live, "battery", float(int(level)))  # whole percents, as sysfs
+                canary.observe(live, 0.0)
+                feed(canary, second, name, live)
             await canary.tick()
             if canary.state != "canary":
                 break
         return canary
     finally:
         await store.close()
+
+
+async def _drain_run(tmp_path: Path, canary_pct_per_s: float, control_pct_per_s: float) -> LiveCanary:
+    """Every node on battery, heartbeats each second; the canary's and the control's nodes lose
+    charge at the given rates (the battery is the part that cannot run here: its level is
+    scripted, what the canary does with the heartbeats is real)."""
+
+    def feed(canary: LiveCanary, second: int, name: str, live: NodeLive) -> None:
+        rate = canary_pct_per_s if name in canary.nodes else control_pct_per_s
+        level = max(0.0, 100.0 - rate * second)
+        canary.observe_power(live, "battery", float(int(level)))  # whole percents, as sysfs
+
+    return await _guarded_run(tmp_path, 300, feed, drain_window_s=5.0, drain_span_s=60.0)
 
 
 async def test_a_canary_whose_nodes_drain_their_batteries_is_rolled_back(tmp_path: Path) -> None:
@@ -203,28 +216,13 @@ async def _energy_run(tmp_path: Path, canary_w_per_vcpu: float, control_w_per_vc
     """Four placements end Succeeded on every node each second, at the given mean draw per
     requested vCPU on the canary's nodes and on the control's (what the hub's energy meter gives
     the listeners: ``tests/unit/spine/test_energy_meter.py``), with a little spread."""
-    store = await _store_with_a_version(tmp_path)
-    try:
-        registry = PolicyRegistry(store)
-        hub = StandInHub()
-        now = [0.0]
-        canary = _half_then_all(registry, hub, now, dwell_s=600, sustain_s=5)
-        await canary.tick()
-        for name in canary.nodes:
-            hub.nodes[name].policy_version = 1
-        for second in range(120):
-            now[0] = float(second)
-            for name, live in hub.nodes.items():
-                canary.observe(live, 0.0)  # the decisions look fine
-                mean = canary_w_per_vcpu if name in canary.nodes else control_w_per_vcpu
-                for k in range(4):
-                    canary.observe_energy(name, mean * (0.9 + 0.05 * k), f"w-{second}-{k}")
-            await canary.tick()
-            if canary.state != "canary":
-                break
-        return canary
-    finally:
-        await store.close()
+
+    def feed(canary: LiveCanary, second: int, name: str, live: NodeLive) -> None:
+        mean = canary_w_per_vcpu if name in canary.nodes else control_w_per_vcpu
+        for k in range(4):
+            canary.observe_energy(name, mean * (0.9 + 0.05 * k), f"w-{second}-{k}")
+
+    return await _guarded_run(tmp_path, 120, feed)
 
 
 async def test_a_canary_whose_workloads_draw_more_per_vcpu_is_rolled_back(tmp_path: Path) -> None:
