@@ -16,6 +16,7 @@ Pure bookkeeping: no clock of its own, no I/O; the hub calls it from the heartbe
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ class EnergyMeter:
     ) -> None:
         """A heartbeat of ``node`` at wall time ``t`` with its draw; ``running``: (placement id,
         CPU request) of the placements it runs that the hub knows as active."""
-        if watts is None or not watts >= 0.0 or watts == float("inf"):
+        if watts is None or not (math.isfinite(watts) and watts >= 0.0):
             self._last.pop(node, None)  # no reading: the next interval is not counted
             return
         previous = self._last.get(node)
