@@ -25,7 +25,7 @@ from controlplane.federation.plan_arrays import (
     plan_clusters_columns,
 )
 from controlplane.scheduling.actions import mig_slots_free
-from controlplane.scheduling.framework import BoolArray, IntArray
+from controlplane.scheduling.framework import BoolArray, FloatArray, IntArray
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.nodetable import NodeTable
 
@@ -210,8 +210,9 @@ def _columns(
         sums = np.zeros((len(names), 7), dtype=np.int64)
         largest = np.zeros(len(names), dtype=np.int64)
     unknown = np.full(len(names), UNKNOWN, dtype=np.int64)
-    hosts = np.append(_mig_hosts(t, mig), 0)[cid] if mig else unknown
-    slots = _replica_slots(t, resources)
+    per_node = _node_slots(t, resources)
+    hosts = np.append(_mig_hosts(t, mig, per_node), 0)[cid] if mig else unknown
+    slots = _replica_slots(t, per_node)
     return ClusterColumns(
         ready_nodes=sums[:, _READY],
         cpu_free=sums[:, _CPU] / 1000.0,
@@ -225,9 +226,12 @@ def _columns(
     )
 
 
-def _mig_hosts(nodes: NodeTable, profiles: list[str]) -> IntArray:
+def _mig_hosts(nodes: NodeTable, profiles: list[str], per_node: FloatArray | None) -> IntArray:
     """Per node-table cluster: its ready nodes' MIG GPUs with a free legal slot for the largest
-    of ``profiles`` (the fragmentation the summed compute slices cannot see)."""
+    of ``profiles`` (the fragmentation the summed compute slices cannot see), each node counted
+    at most for the replicas its own free CPU and memory hold (``per_node``, from
+    :func:`_node_slots`): a GPU slot on a node without the CPU for the replica is no room, and
+    counting it sent MIG requests to clusters whose cycle then found none."""
     t = nodes
     largest = max(profiles, key=lambda p: MIG_SPECS[p].compute)
     k = len(t.clusters.names)
@@ -238,14 +242,15 @@ def _mig_hosts(nodes: NodeTable, profiles: list[str]) -> IntArray:
     if not len(rows):
         return np.zeros(k, dtype=np.int64)
     can = mig_slots_free(t.mig_gpu[rows], largest, t.mig_occ[rows], t.mig_comp[rows]).any(axis=2).sum(axis=1)
+    if per_node is not None:
+        can = np.minimum(can, per_node[rows])
     hosts: IntArray = np.bincount(t.cluster[rows], weights=can, minlength=k).astype(np.int64)
     return hosts
 
 
-def _replica_slots(nodes: NodeTable, res: ResourceRequest) -> IntArray | None:
-    """Per node-table cluster: replicas of ``res`` its ready nodes hold by CPU and memory, each
-    node counted alone (the cycle's fit test, ``ActionSpace.analyse``, node by node), so that a
-    cluster whose free CPU and free memory sit on different nodes is not planned (None: the
+def _node_slots(nodes: NodeTable, res: ResourceRequest) -> FloatArray | None:
+    """Per node: how many replicas of ``res`` its free CPU and memory hold, counted alone (the
+    cycle's fit test, ``ActionSpace.analyse``, node by node); 0 on a node not ready (None: the
     request asks for neither)."""
     if res.cpu <= 0 and res.memory <= 0:
         return None
@@ -256,6 +261,16 @@ def _replica_slots(nodes: NodeTable, res: ResourceRequest) -> IntArray | None:
         per_node = np.minimum(per_node, (t.cpu_cap - t.cpu_alloc + eps) / res.cpu)
     if res.memory > 0:
         per_node = np.minimum(per_node, (t.mem_cap - t.mem_alloc + eps) / res.memory)
-    slots = np.floor(np.clip(per_node, 0.0, 1e6)) * t.ready
-    held: IntArray = np.bincount(t.cluster, weights=slots, minlength=len(t.clusters.names)).astype(np.int64)
+    slots: FloatArray = np.floor(np.clip(per_node, 0.0, 1e6)) * t.ready
+    return slots
+
+
+def _replica_slots(nodes: NodeTable, per_node: FloatArray | None) -> IntArray | None:
+    """Per node-table cluster: the replicas its ready nodes hold by CPU and memory
+    (:func:`_node_slots` summed), so that a cluster whose free CPU and free memory sit on
+    different nodes is not planned (None: the request asks for neither)."""
+    if per_node is None:
+        return None
+    k = len(nodes.clusters.names)
+    held: IntArray = np.bincount(nodes.cluster, weights=per_node, minlength=k).astype(np.int64)
     return held

@@ -250,6 +250,35 @@ def test_the_plan_skips_a_cluster_whose_mig_gpus_have_no_legal_slot_left():
     assert "eu" not in plan.ranking and plan.ranking[0] == "us"
 
 
+def test_the_plan_skips_a_cluster_whose_free_mig_slots_sit_on_nodes_without_the_cpu():
+    """eu has a free MIG GPU and free CPUs, but on different nodes: its GPU node's CPUs are
+    taken. By the summed figures (and the GPU-slot count alone) eu has room for the 2-CPU MIG
+    replica; the node-by-node count gives it none, so the plan sends it to us at once instead of
+    through a failed cycle in eu (the 100-cluster bench's slowest decisions, issue 24)."""
+    from controlplane.scheduling.model import Assignment, GpuDevice
+
+    fed = federation(cost_weight=0, latency_weight=0, carbon_weight=1)  # eu (200 g/kWh) before us (400)
+    s = Scheduler("default", fed, clock=lambda: 0.0)
+    for cluster, region in (("eu", "eu-west"), ("us", "us-east")):
+        s.upsert_node(NodeState(f"{cluster}-gpu", cluster=cluster, region=region, cpu=4, memory=32 * GiB,
+                                gpus=[GpuDevice(0, mig_enabled=True)], node_type="gpu"))  # fmt: skip
+    s.upsert_node(NodeState("eu-cpu", cluster="eu", region="eu-west", cpu=16, memory=64 * GiB))
+    assert s.reserve_existing("eu-busy", 0, "eu-gpu", Assignment(cpu=3.5, memory=GiB)).ok
+    aggregates = s.aggregates()
+    assert aggregates["eu"].cpu_free >= 16 and aggregates["eu"].mig_compute_free == 7
+    request = ResourceRequest(cpu=2, memory=GiB, mig=["1g.5gb"])
+    cycles = s.stats["cycles"]
+    d = s.schedule(WorkloadRequest("mig", resources=request))
+    assert d.scheduled and d.placements[0].cluster == "us"
+    assert s.stats["cycles"] - cycles == 1  # no failed cycle in eu first
+    plan = d.explanation.scope.cluster_plan
+    assert "eu" not in plan.ranking and plan.ranking[0] == "us"
+    # Once the GPU node's CPUs are free again, eu has the room.
+    s.release("eu-busy")
+    d = s.schedule(WorkloadRequest("mig-2", resources=request))
+    assert "eu" in d.explanation.scope.cluster_plan.ranking
+
+
 def _fragmented(profile="default"):
     """ap (the cheapest) has 4 CPUs free in all but at most 1 on any node; eu has a node with 8."""
     s = Scheduler(profile, federation(cost_weight=1, latency_weight=0, carbon_weight=0), clock=lambda: 0.0)
