@@ -14,6 +14,8 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar, Union, cast
 
+import orjson
+
 from edgeplane_contract.errors import EdgeplaneError
 
 __all__ = ["SCHEMA_VERSION", "MessageError", "decode", "encode", "parse"]
@@ -39,8 +41,18 @@ M = TypeVar("M")
 
 
 def encode(message: Any) -> bytes:
-    """Serialise a message dataclass to compact JSON bytes."""
-    return json.dumps(_plain(message), separators=(",", ":")).encode()
+    """Serialise a message dataclass to compact JSON bytes (UTF-8, no spaces).
+
+    orjson writes the dataclass directly (a tenth of the time of a walk to plain values and
+    ``json.dumps``: every heartbeat, report, bid and command goes through here). What it does not
+    take (a value of a type it does not know, e.g. a NumPy scalar, or a dict with a non-string
+    key) goes the standard way (UTF-8 as well). orjson writes a non-finite float as ``null`` (the
+    standard way writes ``NaN``, which the receiver refuses): the receiver refuses a required
+    number (the field named) and reads an optional one as absent."""
+    try:
+        return orjson.dumps(message)
+    except TypeError:
+        return json.dumps(_plain(message), separators=(",", ":"), ensure_ascii=False).encode()
 
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})
@@ -64,11 +76,35 @@ def _plain(value: Any) -> Any:
     return value
 
 
+# Nineteen digits in a row: an integer orjson may read as a float (past 64 bits), or a number with
+# more digits than a double holds; such frames are read by the standard parser. Found by mapping
+# every digit to "0" and everything else to " " (bytes.translate and a substring search: a tenth
+# of a regular expression's time).
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_DIGITS = b"0" * 19
+
+
+def _loads(data: bytes) -> Any:
+    """``json.loads(data)``, by orjson where the two agree (four times faster on a heartbeat).
+
+    orjson refuses what Python's parser takes and the builder must see to name the field (``NaN``,
+    ``Infinity``, ``1e999``), and what it reads otherwise (a byte-order mark, UTF-16, a lone
+    surrogate, nesting past 1,024): those frames, and any with a run of 19 digits (an integer
+    past 64 bits orjson would make a float), are parsed by ``json.loads``, so every frame decodes
+    to what it did before, or fails as before."""
+    if type(data) is bytes and _LONG_DIGITS not in data.translate(_DIGITS_AS_ZEROS):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
+
+
 def decode(data: bytes, message_type: type[M]) -> M:
     """Parse and validate bytes into ``message_type``; raises MessageError on anything wrong."""
     name = getattr(message_type, "TYPE", message_type.__name__)
     try:
-        raw = json.loads(data)
+        raw = _loads(data)
     # ValueError: also integers of more than 4300 digits; RecursionError: nesting past the stack.
     except (ValueError, RecursionError) as exc:
         raise MessageError(name, f"not JSON: {str(exc)[:200]}") from None

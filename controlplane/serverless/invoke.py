@@ -98,14 +98,14 @@ class Invoker:
         NATS message: the agent could never receive the invocation."""
         self._check_size(spec, self.wire.event_json(event))
 
-    def _check_size(self, spec: FunctionSpec, event_json: str) -> None:
+    def _check_size(self, spec: FunctionSpec, event_json: bytes) -> None:
         """:meth:`check_event` for an event already serialised."""
         room = self.hub.bus.max_payload - PAYLOAD_MARGIN
         size = len(self.wire.encode(spec, invocation_id="0" * 32, event_json=event_json))
         if size > room:
             raise PayloadTooLargeError(
                 f"the invocation would be {size} bytes with this event, over the {room} one NATS message "
-                "can carry here (strings count JSON-escaped)",
+                "can carry here (strings count as UTF-8 JSON)",
                 field="<body>",
             )
 
@@ -196,7 +196,7 @@ class Invoker:
         self,
         spec: FunctionSpec,
         decision: Route,
-        event_json: str,
+        event_json: bytes,
         invocation_id: str,
         begin: float,
         now: float,

@@ -13,6 +13,8 @@ import dataclasses
 import json
 from typing import Any
 
+import orjson
+
 from edgeplane_contract.codec import SCHEMA_VERSION
 
 from controlplane.serverless.spec import FunctionSpec
@@ -20,6 +22,17 @@ from controlplane.serverless.spec import FunctionSpec
 __all__ = ["InvokeWire"]
 
 _COMPACT = (",", ":")  # the codec's separators
+
+
+def _dumps(value: Any, plain: Any) -> bytes:
+    """``value`` as the codec writes it: orjson, else (a type orjson does not know, an integer past
+    64 bits) the standard way with ``plain`` (what ``value`` is as plain JSON values)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(plain(), separators=_COMPACT, ensure_ascii=False).encode()
+
+
 # Bounded: functions come and go; a cleared cache only costs one serialisation per version.
 _MAX_VERSIONS = 1024
 
@@ -29,24 +42,25 @@ class InvokeWire:
 
     def __init__(self) -> None:
         # (name, version) -> (the spec serialised, its code's JSON)
-        self._code: dict[tuple[str, int | None], tuple[FunctionSpec, str]] = {}
+        self._code: dict[tuple[str, int | None], tuple[FunctionSpec, bytes]] = {}
 
-    def code_json(self, spec: FunctionSpec) -> str:
+    def code_json(self, spec: FunctionSpec) -> bytes:
         """``spec``'s code as the codec serialises it inside an ``InvokeV1``."""
         key = (spec.name, spec.version)
         cached = self._code.get(key)
         if cached is not None and cached[0] is spec:
             return cached[1]
-        text = json.dumps(dataclasses.asdict(spec.code()), separators=_COMPACT)
+        code = spec.code()
+        text = _dumps(code, lambda: dataclasses.asdict(code))
         if len(self._code) >= _MAX_VERSIONS:
             self._code.clear()
         self._code[key] = (spec, text)
         return text
 
     @staticmethod
-    def event_json(event: Any) -> str:
+    def event_json(event: Any) -> bytes:
         """``event`` as the codec serialises it (TypeError/ValueError: not JSON, as the codec raises)."""
-        return json.dumps(event, separators=_COMPACT)
+        return _dumps(event, lambda: event)
 
     def encode(
         self,
@@ -54,7 +68,7 @@ class InvokeWire:
         *,
         invocation_id: str,
         event: Any = None,
-        event_json: str | None = None,
+        event_json: bytes | None = None,
         keep_alive_s: float = 600.0,
         allow_cold: bool = True,
         sent_at: float = 0.0,
@@ -64,14 +78,13 @@ class InvokeWire:
         event that is not JSON, as the codec raises."""
         if event_json is None:
             event_json = self.event_json(event)
-        head = json.dumps(
+        head = orjson.dumps(
             {
                 "invocation_id": invocation_id,
                 "keep_alive_s": keep_alive_s,
                 "allow_cold": allow_cold,
                 "sent_at": sent_at,
                 "v": SCHEMA_VERSION,
-            },
-            separators=_COMPACT,
+            }
         )
-        return f'{head[:-1]},"event":{event_json},"code":{self.code_json(spec)}}}'.encode()
+        return b"".join((head[:-1], b',"event":', event_json, b',"code":', self.code_json(spec), b"}"))

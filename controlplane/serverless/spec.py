@@ -93,7 +93,7 @@ class FunctionSpec:
         sizes.update({f"env.{key}": json_size(key) + json_size(value) for key, value in self.env.items()})
         raise PayloadTooLargeError(
             f"the function's code would take {size} bytes of every invocation message, over the {room} "
-            "one NATS message can carry here (strings count JSON-escaped)",
+            "one NATS message can carry here (strings count as UTF-8 JSON)",
             field=blame_field(sizes),
         )
 

@@ -5,7 +5,6 @@ document), with the quantities and argv/env kinds the function spec reuses."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -72,8 +71,9 @@ MAX_MAX_RESTARTS = 10_000
 
 
 def json_size(value: Any) -> int:
-    """Bytes ``value`` takes in a NATS message (the codec escapes non-ASCII: up to 12 a character)."""
-    return len(json.dumps(value))
+    """Bytes ``value`` takes in a NATS message (the codec writes UTF-8 JSON: up to 4 a character,
+    6 for a control character it escapes)."""
+    return len(encode(value))
 
 
 def blame_field(sizes: dict[str, int]) -> str:
@@ -210,7 +210,7 @@ class WorkloadSpec(PlacementTerms):
         sizes.update({f"env.{key}": json_size(key) + json_size(value) for key, value in self.env.items()})
         raise PayloadTooLargeError(
             f"the run command would be {size} bytes, over the {room} one NATS message can carry here "
-            "(strings count JSON-escaped: up to 12 bytes a non-ASCII character)",
+            "(strings count as UTF-8 JSON: up to 4 bytes a character)",
             field=blame_field(sizes),
         )
 

@@ -16,6 +16,7 @@ from controlplane.api.auth import PUBLIC_ROUTES, required_scope
 from controlplane.api.openapi import PUBLIC_OPERATIONS, openapi_document
 from controlplane.api.request import MAX_BODY, MAX_JSON_DEPTH
 from controlplane.bus.hub_bus import HubBus
+from controlplane.natsd import NatsServer
 from controlplane.serverless.service import FunctionService, InvocationOutcome
 from controlplane.serverless.spec import FunctionSpec
 
@@ -243,15 +244,18 @@ async def test_bodies_over_the_limit_get_a_413_json_error_with_or_without_conten
 
 
 def _big_text(chars: int) -> str:
-    # Non-ASCII: 2 bytes in the body, 6 in a NATS message (the codec escapes it).
+    # Non-ASCII: 2 bytes in the body and in a NATS message (the codec writes UTF-8).
     return "é" * chars
 
 
 async def test_a_spec_or_event_that_cannot_fit_in_one_nats_message_is_refused_naming_the_field(
-    nats_server, sqlite_url
+    nats_server, sqlite_url, monkeypatch
 ):
+    # A server whose max_payload is below the API's 1 MiB body limit (an operator's choice; the
+    # default is 1 MiB too): a body the API takes may not fit one NATS message.
+    monkeypatch.setattr(HubBus, "max_payload", property(lambda self: 256 << 10))
     async with running_hub(nats_server.url, sqlite_url) as (running, api):
-        assert running.hub.bus.max_payload == 1 << 20, "what nats-server announces by default"
+        assert running.hub.bus.max_payload == 256 << 10
         status, body = await _post_utf8(api, "/v1/workloads", {**BASE, "env": {"BIG": _big_text(400_000)}})
         assert status == 413 and body["error"]["field"] == "env.BIG", body
         status, body = await _post_utf8(
@@ -280,16 +284,27 @@ async def test_a_spec_or_event_that_cannot_fit_in_one_nats_message_is_refused_na
 
 
 async def test_a_run_command_that_still_fails_for_size_fails_the_workload_with_a_reason(
-    nats_server, sqlite_url, tmp_path, monkeypatch, caplog
+    sqlite_url, tmp_path, monkeypatch, caplog
 ):
-    # As if the API's check had passed (an older hub stored the spec, or the server's limit fell).
+    # As if the API's check had passed (an older hub stored the spec, or the server's limit fell):
+    # a server of its own that takes at most 256 KiB a message, and a hub that checks against 64 MiB.
+    config = tmp_path / "nats.conf"
+    config.write_text("max_payload: 262144\n")
+    server = NatsServer(config_file=config).start()
     monkeypatch.setattr(HubBus, "max_payload", property(lambda self: 64 << 20))
+    try:
+        await _a_command_too_large_for_the_server_fails_its_workload(server.url, sqlite_url, tmp_path, caplog)
+    finally:
+        server.stop()
+
+
+async def _a_command_too_large_for_the_server_fails_its_workload(url, sqlite_url, tmp_path, caplog):
     async with (
-        running_hub(nats_server.url, sqlite_url) as (_, api),
-        running_agents(nats_server.url, tmp_path, ["n1"]),
+        running_hub(url, sqlite_url) as (_, api),
+        running_agents(url, tmp_path, ["n1"]),
     ):
         status, workload = await _post_utf8(
-            api, "/v1/workloads", {**BASE, "env": {"BIG": _big_text(400_000)}}
+            api, "/v1/workloads", {**BASE, "env": {"BIG": _big_text(200_000)}}
         )
         assert status == 201, workload
         workload = await api.wait_status(workload["id"], "Failed")

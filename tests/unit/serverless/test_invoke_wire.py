@@ -11,7 +11,16 @@ from edgeplane_contract.messages import InvokeV1, decode, encode
 from controlplane.serverless.invoke_wire import InvokeWire
 from controlplane.serverless.spec import FunctionSpec
 
-EVENTS = [None, 0, {"i": 1, "s": 'é\n"x"', "nested": [1.5, True, None]}, "x" * 1000, [], {}]
+EVENTS = [
+    None,
+    0,
+    {"i": 1, "s": 'é\n"x"', "nested": [1.5, True, None]},
+    "x" * 1000,
+    [],
+    {},
+    {"big": 2**70, "f": 1e16},
+    "🛰",
+]
 
 
 def _spec(source: str = "def handle(e, c):\n    return e\n", version: int = 1) -> FunctionSpec:
