@@ -142,3 +142,39 @@ def test_instances_of_deleted_functions_are_retired_once_per_resend_period() -> 
     retirements.heard("n1", [gone, kept])  # again within resend_s: not sent twice
     retirements.heard("n2", [gone])
     assert len(spawned) == 2
+
+
+def test_a_heartbeat_costs_retirement_its_own_instances_never_the_registered_functions() -> None:
+    """Every heartbeat passes through ``Retirements.heard``: it looks up the heartbeat's functions
+    in the registry, and never walks the registry itself (a set of every registered function per
+    heartbeat was O(functions) on the hub's hottest path)."""
+    from types import SimpleNamespace as NS
+
+    from controlplane.serverless.retire import Retirements
+
+    class Walked(dict):  # type: ignore[type-arg]
+        walks = 0
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            Walked.walks += 1
+            return super().__iter__()
+
+        def keys(self):  # type: ignore[no-untyped-def]
+            Walked.walks += 1
+            return super().keys()
+
+    spawned: list[object] = []
+
+    def spawn(coro: object) -> None:
+        spawned.append(coro)
+        coro.close()  # type: ignore[attr-defined]
+
+    specs = Walked({f"f{i}": {1: None} for i in range(10_000)})
+    retirements = Retirements(NS(), NS(loaded=True, specs=specs), spawn, resend_s=60)  # type: ignore[arg-type]
+    kept, gone = _instance("a"), _instance("b")
+    kept.function, gone.function = "f7", "gone"
+    for _ in range(100):
+        retirements.heard("n1", [])
+        retirements.heard("n1", [kept])
+    retirements.heard("n1", [kept, gone])
+    assert Walked.walks == 0 and len(spawned) == 1
