@@ -9,29 +9,15 @@ to the same ``InvokeV1`` as the codec's (``tests/unit/serverless/test_invoke_wir
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from typing import Any
 
 import orjson
 
-from edgeplane_contract.codec import SCHEMA_VERSION
+from edgeplane_contract.codec import SCHEMA_VERSION, encode
 
 from controlplane.serverless.spec import FunctionSpec
 
 __all__ = ["InvokeWire"]
-
-_COMPACT = (",", ":")  # the codec's separators
-
-
-def _dumps(value: Any, plain: Any) -> bytes:
-    """``value`` as the codec writes it: orjson, else (a type orjson does not know, an integer past
-    64 bits) the standard way with ``plain`` (what ``value`` is as plain JSON values)."""
-    try:
-        return orjson.dumps(value)
-    except TypeError:
-        return json.dumps(plain(), separators=_COMPACT, ensure_ascii=False).encode()
-
 
 # Bounded: functions come and go; a cleared cache only costs one serialisation per version.
 _MAX_VERSIONS = 1024
@@ -50,8 +36,7 @@ class InvokeWire:
         cached = self._code.get(key)
         if cached is not None and cached[0] is spec:
             return cached[1]
-        code = spec.code()
-        text = _dumps(code, lambda: dataclasses.asdict(code))
+        text = encode(spec.code())
         if len(self._code) >= _MAX_VERSIONS:
             self._code.clear()
         self._code[key] = (spec, text)
@@ -60,7 +45,7 @@ class InvokeWire:
     @staticmethod
     def event_json(event: Any) -> bytes:
         """``event`` as the codec serialises it (TypeError/ValueError: not JSON, as the codec raises)."""
-        return _dumps(event, lambda: event)
+        return encode(event)
 
     def encode(
         self,
