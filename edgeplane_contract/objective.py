@@ -6,15 +6,20 @@ For placing one replica (the action) on a node (the state):
   the resources it has (CPU, memory, and GPU compute where it has GPUs), where CPU counts only up
   to the ``knee``: CPU allocated beyond the efficient range is contention, not useful work.
   Rewards filling busy nodes up to where co-located work starts to slow down.
-* ``R_qos`` in [-1, 0]: minus the predicted SLA harm. The replica's predicted latency is
-  ``L = T * (1 + s * c_after) + transfer`` where ``T`` is its expected runtime, ``s`` the kind's
-  contention sensitivity, ``c`` the node's CPU contention ``max(0, u - knee) / (1 - knee)`` and
-  ``transfer`` the time to fetch its input data; an I/O-heavy replica is further slowed by
-  ``io_penalty`` per I/O-heavy replica already on the node. Harm to itself is the SLA overrun
-  ``max(0, L / (margin * SLA) - 1)`` (0 without an SLA) plus ``slowdown_weight * (L / T - 1)``,
-  its relative slowdown from contention and remote data; harm to its neighbours is the slowdown
-  it adds to each of them, ``sum(s_i) * (c_after - c_before)`` (plus ``io_penalty`` per I/O-heavy
-  neighbour when it is I/O-heavy itself). The sum is capped at 1.
+* ``R_qos`` in [-1, 0] (in [-2, 0] with a learned SLA risk, below): minus the predicted SLA harm.
+  The replica's predicted latency is ``L = T * (1 + s * c_after) + transfer`` where ``T`` is its
+  expected runtime, ``s`` the kind's contention sensitivity, ``c`` the node's CPU contention
+  ``max(0, u - knee) / (1 - knee)`` and ``transfer`` the time to fetch its input data; an
+  I/O-heavy replica is further slowed by ``io_penalty`` per I/O-heavy replica already on the node.
+  Harm to itself is the SLA overrun ``max(0, L / (margin * SLA) - 1)`` (0 without an SLA) plus
+  ``slowdown_weight * (L / T - 1)``, its relative slowdown from contention and remote data; harm
+  to its neighbours is the slowdown it adds to each of them, ``sum(s_i) * (c_after - c_before)``
+  (plus ``io_penalty`` per I/O-heavy neighbour when it is I/O-heavy itself). With
+  ``sla_risk_weight`` > 0 and a learned risk (``RewardInputs.sla_risk``: the chance the replica
+  misses its SLA at the node's load after the placement, learned from outcomes without a model,
+  controlplane/scheduling/sla_risk.py), ``R_qos`` loses ``min(1, sla_risk_weight * (risk +
+  added))``, where ``added`` is the risk the placement adds to the replicas already on the node;
+  this part has its own cap of 1. The rest of the sum is capped at 1.
 * ``R_energy`` in [-1, 0]: minus the marginal power of the placement over a fleet reference power
   (the largest node's maximum draw, so watts compare across node types): the dynamic watts it
   adds, plus the node's whole idle draw when the node is empty (an empty node could be put to
@@ -33,6 +38,7 @@ code.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -109,6 +115,8 @@ class RewardConfig:
     # "fixed": knee, sensitivity and io_penalty as configured; "learned": those are the prior of
     # the scheduler's online interference estimator, which replaces them as observations arrive.
     interference: str = "fixed"
+    # Weight of the learned SLA-miss risk in the QoS harm (0: not used; see RewardInputs.sla_risk).
+    sla_risk_weight: float = 0.0
 
     @classmethod
     def from_dict(cls, body: Mapping[str, Any] | None) -> RewardConfig:
@@ -126,6 +134,7 @@ class RewardConfig:
             "sensitivity",
             "default_runtime_s",
             "interference",
+            "sla_risk_weight",
         }
         unknown = set(body) - allowed
         if unknown:
@@ -149,12 +158,21 @@ class RewardConfig:
         cfg = replace(cfg, adaptive=replace(cfg.adaptive, **adaptive))
         scalars: dict[str, Any] = {
             key: float(body[key])
-            for key in ("knee", "sla_margin", "slowdown_weight", "io_penalty", "battery_floor_percent")
+            for key in (
+                "knee",
+                "sla_margin",
+                "slowdown_weight",
+                "io_penalty",
+                "battery_floor_percent",
+                "sla_risk_weight",
+            )
             if key in body
         }
         cfg = replace(cfg, **scalars)
         if not 0.0 < cfg.knee < 1.0:
             raise ValueError("knee must be between 0 and 1")
+        if not (math.isfinite(cfg.sla_risk_weight) and cfg.sla_risk_weight >= 0.0):
+            raise ValueError("sla_risk_weight must be a finite number >= 0")
         if "sensitivity" in body:
             cfg = replace(cfg, sensitivity={**cfg.sensitivity, **body["sensitivity"]})
         if "interference" in body:
@@ -193,6 +211,10 @@ class RewardInputs:
     sla_s: float | None
     sensitivity: float
     io_heavy: bool = False
+    # Learned SLA-miss risk per candidate (None: not learned): the replica's own at the node's
+    # load after the placement, and the sum over the replicas already there of what it adds.
+    sla_risk: FloatArray | None = None
+    sla_risk_added: FloatArray | None = None
 
 
 @dataclass(slots=True)
@@ -206,6 +228,10 @@ class RewardTerms:
     w_energy: FloatArray
     predicted_latency_s: FloatArray
     total: FloatArray
+    # What the learned SLA-miss risk takes off ``total`` (``w2`` times its part of ``-qos``; 0
+    # where none is weighted): what a bid from a model that does not know the risk is corrected
+    # by (LocalPolicyBid, the hub's bid round).
+    sla_risk_cost: FloatArray | float = 0.0
 
     def at(self, k: int) -> RewardBreakdown:
         """Candidate ``k``'s reward and its parts."""
@@ -217,6 +243,7 @@ class RewardTerms:
             penalty=float(self.penalty[k]),
             w_energy=float(self.w_energy[k]),
             predicted_latency_s=float(self.predicted_latency_s[k]),
+            sla_risk_cost=float(np.broadcast_to(self.sla_risk_cost, np.shape(self.total))[k]),
         )
 
 
@@ -264,6 +291,13 @@ def reward_terms(x: RewardInputs, cfg: RewardConfig) -> RewardTerms:
     if x.io_heavy:
         neighbours = neighbours + cfg.io_penalty * x.io_count
     qos = -np.minimum(1.0, own + neighbours)
+    risk_cost: FloatArray | float = 0.0
+    if cfg.sla_risk_weight > 0.0 and x.sla_risk is not None:
+        # Its own cap: folded into the one above, a large weight would saturate every
+        # candidate at -1 and so stop telling them apart.
+        risk = x.sla_risk if x.sla_risk_added is None else x.sla_risk + x.sla_risk_added
+        risk_cost = np.minimum(1.0, cfg.sla_risk_weight * risk)
+        qos = qos - risk_cost
 
     wakes = (x.replicas <= 0).astype(np.float64)
     delta_w = x.dynamic_w + wakes * x.idle_w
@@ -285,6 +319,7 @@ def reward_terms(x: RewardInputs, cfg: RewardConfig) -> RewardTerms:
         w_energy=w3,
         predicted_latency_s=latency,
         total=total,
+        sla_risk_cost=w.qos * risk_cost,
     )
 
 
@@ -323,9 +358,11 @@ class RewardBreakdown:
     penalty: float
     w_energy: float
     predicted_latency_s: float
+    # What the learned SLA-miss risk took off ``total`` (see RewardTerms.sla_risk_cost).
+    sla_risk_cost: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
-        return {
+        out = {
             "total": self.total,
             "R_util": self.util,
             "R_qos": self.qos,
@@ -334,6 +371,9 @@ class RewardBreakdown:
             "w3_effective": self.w_energy,
             "predicted_latency_s": self.predicted_latency_s,
         }
+        if self.sla_risk_cost:
+            out["sla_risk_cost"] = self.sla_risk_cost
+        return out
 
 
 def reward(

@@ -32,7 +32,7 @@ from controlplane.fleet.nodes import NodeDirectory
 from controlplane.hub.placement import ReplicaChoice
 from controlplane.specs.workload import WorkloadSpec
 
-__all__ = ["BidCandidate", "BidOutcome", "BidRow", "BidSilence", "candidates_of", "run_bid_round"]
+__all__ = ["BidCandidate", "BidOutcome", "BidRow", "BidSilence", "candidates_of", "decide", "run_bid_round"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,9 @@ class BidCandidate:
 
     node: str
     hub_reward: float | None = None
+    # What the SLA-miss risk the hub learned from outcomes takes off this node's reward: an
+    # agent's bid, whose model does not know it, is lowered by as much (0: none learned).
+    risk_cost: float = 0.0
 
 
 @dataclass(slots=True)
@@ -87,7 +90,9 @@ class BidOutcome:
 def candidates_of(choice: ReplicaChoice) -> list[BidCandidate]:
     """The scheduler's choice first, then its alternatives, from the replica's explanation."""
     found = [
-        BidCandidate(c.node, c.reward.total if c.reward is not None else None)
+        BidCandidate(c.node, c.reward.total, c.reward.sla_risk_cost)
+        if c.reward is not None
+        else BidCandidate(c.node)
         for c in choice.explanation.candidates
     ]
     if not found or found[0].node != choice.node:
@@ -222,6 +227,15 @@ async def run_bid_round(
     )
     bids, not_waited = await _gather_bids(hub, [c.node for c in asked], request, deadline_ms / 1000, silence)
     by_node = {c.node: bid for c, bid in zip(asked, bids, strict=True)}
+    return decide(candidates, by_node, not_waited, choice.node)
+
+
+def decide(
+    candidates: list[BidCandidate], by_node: dict[str, BidV1 | None], not_waited: set[str], chosen: str
+) -> BidOutcome:
+    """The round's winner: the best of the accepting bids (less each node's learned risk cost)
+    and, for the nodes not asked or silent, the hub's estimates; ``chosen`` (the scheduler's
+    choice) when nothing can be compared. ``by_node``: the nodes asked and their bids."""
     rows = []
     best: tuple[float, str, str] | None = None
     for candidate in candidates:
@@ -233,12 +247,12 @@ async def run_bid_round(
             # The replica runs with its requested quotas, so compare what the node expects of
             # those; the chosen bin's score over-values empty nodes (docs/bench-policy.md).
             as_placed = bid.score_requested if bid.score_requested is not None else bid.score
-            row.value, how = (as_placed, "bid") if bid.accept else (None, "")
+            row.value, how = (as_placed - candidate.risk_cost, "bid") if bid.accept else (None, "")
         else:
             row.value, how = candidate.hub_reward, "hub-estimate"
         rows.append(row)
         if row.value is not None and (best is None or row.value > best[0]):
             best = (row.value, candidate.node, how)
     if best is None:
-        return BidOutcome(winner=choice.node, decided_by="scheduler", rows=rows)
+        return BidOutcome(winner=chosen, decided_by="scheduler", rows=rows)
     return BidOutcome(winner=best[1], decided_by=best[2], rows=rows)

@@ -23,9 +23,11 @@ A plugin takes part in every extension point it implements (like kube's ``multiP
 Built-in profiles: ``default`` (kube-scheduler's default scoring), ``default-mostallocated``
 (the same plugin set scoring MostAllocated, what an operator running a power manager configures),
 ``binpack`` (Volcano's binpack alone), ``volcano`` (Volcano as shipped: nodeorder plus binpack),
-``edgeplane`` (the multi-objective reward, interference learned online), ``edgeplane-static``
-(its interference prior never updated), ``edgeplane-fixed`` (the same with the adaptive energy
-weight switched off, for battery comparisons), ``edgeplane-learned`` (``edgeplane`` with the
+``edgeplane`` (the multi-objective reward, interference and the SLA-miss risk learned online),
+``edgeplane-static`` (its interference prior never updated, no risk learned),
+``edgeplane-no-risk`` (``edgeplane`` without the learned SLA-miss risk), ``edgeplane-fixed``
+(the same with the adaptive energy weight switched off, for battery comparisons),
+``edgeplane-learned`` (``edgeplane`` with the
 edge agents' int8 local policy bidding in place of the reward score) and ``edgeplane-merge``
 (``edgeplane`` with GpuFragmentation's fragment merge on, as it was before issue 13).
 :data:`FUNCTION_PROFILE` filters nodes for function instances (the function router scores them);
@@ -181,6 +183,11 @@ _EDGEPLANE: dict[str, Any] = {
         # from observed runtimes (controlplane/scheduling/interference.py, docs/scheduling.md).
         "knee": 0.80,
         "interference": "learned",
+        # The chance of missing the SLA at each load, learned from outcomes with no model
+        # (scheduling/sla_risk.py): the knee's mean slowdown stays inside an SLA that a tenth of
+        # the replicas miss. 3 chosen on arrival seeds 301-303 (physics 7301-7303), held out
+        # elsewhere (docs/bench-policy.md).
+        "sla_risk_weight": 3.0,
         "sla_margin": 0.85,
         "slowdown_weight": 0.5,
         "battery_floor_percent": 15.0,
@@ -248,7 +255,10 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     "edgeplane": _EDGEPLANE,
     "edgeplane-fixed": _variant(_EDGEPLANE, "edgeplane-fixed", {"adaptive": {"enabled": False}}),
     # The same prior never updated: what the learning buys.
-    "edgeplane-static": _variant(_EDGEPLANE, "edgeplane-static", {"interference": "fixed"}),
+    "edgeplane-static": _variant(
+        _EDGEPLANE, "edgeplane-static", {"interference": "fixed", "sla_risk_weight": 0.0}
+    ),
+    "edgeplane-no-risk": _variant(_EDGEPLANE, "edgeplane-no-risk", {"sla_risk_weight": 0.0}),
     # The edge agents' int8 local policy deciding placement (controlplane/scheduling/plugins/
     # local_policy_bid.py): loads onnxruntime and the shipped model when it is loaded.
     "edgeplane-learned": _learned(_EDGEPLANE, "edgeplane-learned"),

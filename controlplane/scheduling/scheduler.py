@@ -68,6 +68,7 @@ from controlplane.scheduling.plugin_set import PluginSet, WeightedScorer, build_
 from controlplane.scheduling.profiles import Profile, load_profile
 from controlplane.scheduling.queue import SchedulingQueue
 from controlplane.scheduling.reward import energy_weights, placement_reward
+from controlplane.scheduling.sla_risk import SlaRiskEstimator, SlaRiskTable
 from controlplane.scheduling.topology import TopologyGraph
 from controlplane.scheduling.verdicts import NodeVerdict, node_scores, node_verdicts
 
@@ -155,6 +156,10 @@ class Scheduler:
             self.interference = InterferenceEstimator(
                 InterferencePrior(knee=cfg.knee, sensitivity=dict(cfg.sensitivity), io_penalty=cfg.io_penalty)
             )
+        self.sla_risk: SlaRiskEstimator | None = None
+        """The SLA-miss risk learned from outcomes (profiles with ``reward.sla_risk_weight`` > 0)."""
+        if cfg.sla_risk_weight > 0.0:
+            self.sla_risk = SlaRiskEstimator()
         self.interference_refresh = 25
         """Observations between two refits of the estimate the scores use."""
 
@@ -183,12 +188,23 @@ class Scheduler:
     def observe_runtime(self, kind: str, expected_s: float, observed_s: float, load: LoadProfile) -> None:
         """A replica of ``kind`` finished in ``observed_s`` against ``expected_s`` alone, on a node
         whose load while it ran was ``load`` (from the agent's report or the simulator's node).
-        Feeds the interference estimator; a no-op for profiles that do not learn."""
+        Feeds the interference estimator and the SLA-risk table; a no-op for profiles that
+        learn neither."""
+        risk = self.sla_risk
+        if risk is not None and risk.observe(kind, expected_s, observed_s, load):
+            if len(risk) % self.interference_refresh == 0:
+                self.use_sla_risk(risk.table())
         est = self.interference
         if est is None or not est.observe(kind, expected_s, observed_s, load):
             return
         if len(est) % self.interference_refresh == 0:
             self.use_interference(est.estimate())
+
+    def use_sla_risk(self, table: SlaRiskTable) -> None:
+        """Score with ``table`` (plugins that take one), this profile's and a canary's beside it."""
+        _with_sla_risk(self.plugins, table)
+        for _, placer in self._profile_placers.values():
+            _with_sla_risk(placer.plugins, table)
 
     def use_interference(self, estimate: InterferenceEstimate) -> None:
         """Score and account new replicas with ``estimate`` (plugins that take one), this
@@ -357,6 +373,8 @@ class Scheduler:
         learned = self.interference
         if learned is not None and len(learned) and cycles.plugins.reward_config.interference == "learned":
             _learned(cycles.plugins, learned.estimate())  # what this scheduler learned so far
+        if self.sla_risk is not None and len(self.sla_risk):
+            _with_sla_risk(cycles.plugins, self.sla_risk.table())
         return placer
 
     def _runner_of(self, profile: Profile) -> CycleRunner:
@@ -400,6 +418,12 @@ class Scheduler:
             )
         elif len(self.interference):
             self.use_interference(self.interference.estimate())  # what was learned, to the new plugins
+        if cfg.sla_risk_weight <= 0.0:
+            self.sla_risk = None
+        elif self.sla_risk is None:
+            self.sla_risk = SlaRiskEstimator()
+        elif len(self.sla_risk):
+            self.use_sla_risk(self.sla_risk.table())
 
     def feasible_nodes(self, request: WorkloadRequest, profile: Profile | None = None) -> Feasibility:
         """The nodes where one replica of ``request`` fits now, by the PreFilter and Filter plugins
@@ -546,6 +570,14 @@ class Scheduler:
             "unavailable_clusters": sorted(self._unavailable),
             "stats": dict(self.stats),
         }
+
+
+def _with_sla_risk(plugins: PluginSet, table: SlaRiskTable) -> None:
+    """``plugins``' scores use the learned SLA-miss risk (the plugins that take one)."""
+    for plugin, _, _ in plugins.scorers:
+        use = getattr(plugin, "use_sla_risk", None)
+        if use is not None:
+            use(table)
 
 
 def _learned(plugins: PluginSet, estimate: InterferenceEstimate) -> None:

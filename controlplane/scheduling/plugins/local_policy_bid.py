@@ -339,7 +339,10 @@ class LocalPolicyBid(MultiObjective):
             self.stats["fallbacks"] += 1
             return terms.total
         state.write(STATE_EXCLUDED, ~bids.accept)
-        return bids.score
+        # The hub's correction of what the agents' model cannot know: the SLA-miss risk learned
+        # from the fleet's outcomes (0 unless the reward weighs it; see sla_risk.py).
+        corrected: FloatArray = bids.score - terms.sla_risk_cost
+        return corrected
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> LocalPolicyBid:

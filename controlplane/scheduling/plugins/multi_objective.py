@@ -24,6 +24,7 @@ from controlplane.scheduling.interference import InterferenceEstimate
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.plugins.args import decode_args
 from controlplane.scheduling.plugins.energy import fleet_max_w, power_terms
+from controlplane.scheduling.sla_risk import SlaRiskTable
 
 __all__ = ["NAME", "STATE_TERMS", "MultiObjective", "MultiObjectiveArgs", "new"]
 
@@ -50,6 +51,8 @@ class MultiObjective:
         self.config = RewardConfig.from_dict(args.reward)
         self.floor = args.score_floor
         self.ceiling = args.score_ceiling
+        self.sla_risk: SlaRiskTable | None = None
+        """The learned SLA-miss risk (``reward.sla_risk_weight`` > 0 and outcomes seen), else None."""
 
     def inputs(self, state: CycleState, request: WorkloadRequest, cand: Candidates) -> RewardInputs:
         nodes = self.handle.nodes
@@ -59,6 +62,21 @@ class MultiObjective:
         runtime = request.expected_runtime_s
         if runtime is None:
             runtime = cfg.default_runtime_s.get(request.kind, 60.0)
+        transfer = transfer_seconds(self.handle, request, rows, state.get(STATE_NOW, 0.0))
+        risk = added = None
+        sla = request.sla_latency_s
+        if self.sla_risk is not None and cfg.sla_risk_weight > 0.0 and sla is not None and sla > 0:
+            cap = np.maximum(nodes.cpu_cap[rows], 1e-9)
+            before = nodes.cpu_alloc[rows] / cap
+            after = before + cand.cpu / cap
+            # The runtime ratio the SLA allows on each candidate (its input pull comes first).
+            allowed = (sla - transfer) / max(float(runtime), 1e-9)
+            risk = self.sla_risk.risk(request.kind, after, allowed)
+            if risk is not None:
+                # What the placement adds to the replicas already there, read as replicas like
+                # this one (their own SLAs are not in the node table).
+                was = self.sla_risk.risk(request.kind, before, allowed)
+                added = nodes.replicas[rows] * (risk - was) if was is not None else None
         return RewardInputs(
             cpu_cap=nodes.cpu_cap[rows],
             cpu_alloc=nodes.cpu_alloc[rows],
@@ -78,11 +96,13 @@ class MultiObjective:
             power_ref_w=fleet_max_w(self.handle),
             on_battery=nodes.on_battery[rows].astype(np.float64),
             battery_pct=nodes.battery_pct[rows],
-            transfer_s=transfer_seconds(self.handle, request, rows, state.get(STATE_NOW, 0.0)),
+            transfer_s=transfer,
             runtime_s=float(runtime),
             sla_s=request.sla_latency_s,
             sensitivity=cfg.sensitivity.get(request.kind, 1.0),
             io_heavy=request.kind in IO_HEAVY_KINDS,
+            sla_risk=risk,
+            sla_risk_added=added,
         )
 
     def score(self, state: CycleState, request: WorkloadRequest, cand: Candidates) -> FloatArray:
@@ -102,6 +122,10 @@ class MultiObjective:
             sensitivity={**self.config.sensitivity, **estimate.sensitivity},
             io_penalty=estimate.io_penalty,
         )
+
+    def use_sla_risk(self, table: SlaRiskTable) -> None:
+        """Score with the SLA-miss risk learned from outcomes (used when ``sla_risk_weight`` > 0)."""
+        self.sla_risk = table
 
     @property
     def reward_config(self) -> RewardConfig:

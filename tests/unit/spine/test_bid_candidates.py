@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
+from edgeplane_contract.messages import BidV1
 from edgeplane_contract.objective import RewardBreakdown
 
-from controlplane.hub.bidding import BidCandidate, candidates_of
+from controlplane.hub.bidding import BidCandidate, candidates_of, decide
 from controlplane.hub.placement import ReplicaChoice
 from controlplane.scheduling.explanation import (
     CandidateExplanation,
@@ -45,3 +48,38 @@ def test_without_an_explanation_the_choice_alone_is_a_candidate():
 def test_the_choice_is_put_first_when_the_explanation_chose_another_node():
     found = candidates_of(choice("a", candidate("z", 0.2)))
     assert found == [BidCandidate("a"), BidCandidate("z", 0.2)]
+
+
+def _bid(node: str, score: float, *, accept: bool = True) -> BidV1:
+    return BidV1(request_id="r", node=node, accept=accept, action=0, score=score, score_requested=score)
+
+
+def test_a_candidate_carries_what_the_learned_sla_risk_takes_off_its_reward():
+    risky = CandidateExplanation(
+        "a",
+        "c",
+        50.0,
+        Assignment(cpu=1, memory=1),
+        {},
+        (CandidateExtras(RewardBreakdown(0.4, 0, 0, 0, 0, 0, 0, 0.3)),),
+    )
+    assert candidates_of(choice("a", risky)) == [BidCandidate("a", 0.4, 0.3)]
+    assert RewardBreakdown(0.4, 0, 0, 0, 0, 0, 0, 0.3).to_dict()["sla_risk_cost"] == 0.3
+    assert "sla_risk_cost" not in RewardBreakdown(0.4, 0, 0, 0, 0, 0, 0).to_dict()
+
+
+def test_the_round_lowers_each_bid_by_its_nodes_learned_risk_cost():
+    candidates = [
+        BidCandidate("busy", 0.5, 0.3),
+        BidCandidate("quiet", 0.4, 0.0),
+        BidCandidate("silent", 0.1),
+    ]
+    bids: dict[str, BidV1 | None] = {"busy": _bid("busy", 0.6), "quiet": _bid("quiet", 0.45), "silent": None}
+    outcome = decide(candidates, bids, set(), "busy")
+    # Raw, the busy node's bid wins (0.6 > 0.45); less its risk cost it is 0.3.
+    assert (outcome.winner, outcome.decided_by) == ("quiet", "bid")
+    assert [row.value for row in outcome.rows] == pytest.approx([0.3, 0.45, 0.1])
+    without = decide([BidCandidate("busy", 0.5), BidCandidate("quiet", 0.4)], bids, set(), "busy")
+    assert without.winner == "busy"
+    declined = decide(candidates[:1], {"busy": _bid("busy", 0.6, accept=False)}, set(), "busy")
+    assert (declined.winner, declined.decided_by) == ("busy", "scheduler")
