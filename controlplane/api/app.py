@@ -289,7 +289,9 @@ async def list_events(request: web.Request) -> web.Response:
 async def interference(request: web.Request) -> web.Response:
     """What the scheduler learned of interference from the agents' observed runtimes."""
     learning = request.app[HUB].learning
-    return web.json_response(to_json(Interference.of(learning.estimate(), learning.outcomes)))
+    return web.json_response(
+        to_json(Interference.of(learning.estimate(), learning.outcomes, learning.risk()))
+    )
 
 
 async def _close_audit(app: web.Application) -> None:

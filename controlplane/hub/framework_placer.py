@@ -22,6 +22,7 @@ from controlplane.scheduling.model import (
 )
 from controlplane.scheduling.profiles import FUNCTION_PROFILE, Profile
 from controlplane.scheduling.scheduler import Scheduler
+from controlplane.scheduling.sla_risk import SlaRiskTable
 from controlplane.specs.workload import WorkloadSpec
 
 __all__ = ["FrameworkPlacer"]
@@ -209,6 +210,15 @@ class FrameworkPlacer:
         # keeps its prior here).
         self.scheduler.observe_runtime(kind, expected_s, observed_s, LoadProfile(list(load_seconds)))
         return len(estimator) > before
+
+    def sla_risk(self, *, use: bool = False) -> SlaRiskTable | None:
+        learned = self.scheduler.sla_risk
+        if learned is None:
+            return None
+        table = learned.table()
+        if use:
+            self.scheduler.use_sla_risk(table)
+        return table
 
     def interference(self, *, use: bool = False) -> InterferenceEstimate | None:
         estimator = self.scheduler.interference

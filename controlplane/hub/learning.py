@@ -41,6 +41,7 @@ from edgeplane_contract.messages import RuntimeObservation
 from controlplane.hub.placement import Placer
 from controlplane.hub.spec_cache import SpecCache
 from controlplane.scheduling.interference import KNEE_GRID, InterferenceEstimate
+from controlplane.scheduling.sla_risk import SlaRiskTable
 from controlplane.store.models import PlacementRow, RuntimeObservationRow
 
 __all__ = ["DEFAULT_KEEP", "OUTCOMES", "QUIET_SHARE", "InterferenceLearning", "quiet"]
@@ -85,6 +86,8 @@ class InterferenceLearning:
         self._estimate: InterferenceEstimate | None = None
         self._fed = 0  # observations the estimator took (the cached estimate's age)
         self._estimated_at = -1
+        self._risk: SlaRiskTable | None = None
+        self._risk_at = -1
 
     async def load(self, s: AsyncSession) -> int:
         """Replay the stored observations into the estimator (hub start); how many it took."""
@@ -103,6 +106,7 @@ class InterferenceLearning:
         self._fed += taken
         if taken:
             self.placer.interference(use=True)  # the scores use the replayed fit from the start
+            self.placer.sla_risk(use=True)  # and the replayed risk
         log.info("interference: %d stored observation(s) replayed", taken)
         return taken
 
@@ -221,6 +225,13 @@ class InterferenceLearning:
     def discard(self) -> None:
         """The transaction failed: nothing it stored is fed (the agent sends the report again)."""
         self._pending.clear()
+
+    def risk(self) -> SlaRiskTable | None:
+        """The SLA-miss risk learned so far (None: the hub's profile does not weigh it)."""
+        if self._risk_at != self._fed or self._risk is None:
+            self._risk = self.placer.sla_risk()
+            self._risk_at = self._fed
+        return self._risk
 
     def estimate(self) -> InterferenceEstimate | None:
         """The current estimate (None: the hub's profile does not learn), refitted only when an

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from controlplane.scheduling.explanation import PlacementExplanation
 from controlplane.scheduling.interference import InterferenceEstimate
 from controlplane.scheduling.model import Feasibility, WorkloadRequest
+from controlplane.scheduling.sla_risk import SlaRiskTable
 from controlplane.specs.workload import WorkloadSpec
 
 __all__ = ["PlacementNode", "PlacementOutcome", "Placer", "ReplicaChoice"]
@@ -107,4 +108,9 @@ class Placer(Protocol):
     def interference(self, *, use: bool = False) -> InterferenceEstimate | None:
         """The current interference estimate (None: the profile does not learn); ``use`` also
         makes the scores use it now (after a replay, rather than at the next periodic refit)."""
+        ...
+
+    def sla_risk(self, *, use: bool = False) -> SlaRiskTable | None:
+        """The SLA-miss risk learned from outcomes (None: the profile does not weigh it); ``use``
+        also makes the scores use it now (after a replay)."""
         ...

@@ -63,6 +63,13 @@ async def test_a_success_feeds_the_estimate_once_however_often_it_is_reported(na
         assert learned["learning"] is True
         assert learned["observations"] == {"batch": 1}
         assert learned["reports"]["learned"] == 1
+        # The SLA-miss risk counted the same single outcome: it ran 2x its expected runtime, so
+        # at every load the one thing known is that 1.5x was missed.
+        assert learned["sla_risk"] == {
+            "at_ratio": 1.5,
+            "by_load": {"batch": [1.0] * 10},
+            "observations": {"batch": 1},
+        }
         rows = await _rows(hub)
         assert [(r.placement_id, r.expected_s, r.runtime_s, r.quiet) for r in rows] == [
             (placement_id, 1.5, 3.0, False)
@@ -132,6 +139,9 @@ async def test_stored_observations_are_replayed_after_a_hub_restart_and_only_the
         assert learned["observations"] == {"analytics": 2}
         assert learned["reports"]["learned"] == 0  # none arrived since this start
         assert learned["sensitivity"]["analytics"] > 0
+        assert learned["sla_risk"]["observations"] == {"analytics": 2}  # replayed, and in use:
+        scores = running.hub.placer.scheduler.plugins.scorers  # type: ignore[attr-defined]
+        assert any(getattr(plugin, "sla_risk", None) is not None for plugin, _, _ in scores)
 
 
 async def test_a_real_agent_s_success_reaches_the_estimate_exactly_once(nats_server, sqlite_url, tmp_path):

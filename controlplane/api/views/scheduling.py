@@ -1,4 +1,5 @@
-"""What the scheduler has learned: the interference estimate fitted from agents' observations."""
+"""What the scheduler has learned: the interference estimate fitted from agents' observations,
+and the SLA-miss risk counted from the same outcomes."""
 
 from __future__ import annotations
 
@@ -6,9 +7,40 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
-from controlplane.scheduling.interference import InterferenceEstimate
+import numpy as np
 
-__all__ = ["Interference"]
+from controlplane.scheduling.interference import InterferenceEstimate
+from controlplane.scheduling.sla_risk import SlaRiskTable
+
+__all__ = ["Interference", "SlaRisk"]
+
+#: The runtime ratio the view reads the risk at: an SLA of 1.5x the expected runtime.
+RISK_VIEW_RATIO = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class SlaRisk:
+    """The SLA-miss risk learned from outcomes, as a reader can take it in."""
+
+    at_ratio: Annotated[float, {"description": "the runtime ratio the risks are read at (1.5x expected)"}]
+    by_load: Annotated[
+        dict[str, list[float]],
+        {
+            "description": "by kind: the chance a replica runs longer than at_ratio times its expected "
+            "runtime, per tenth of node load (0-0.1 first)"
+        },
+    ]
+    observations: Annotated[dict[str, int], {"description": "completions counted, by kind"}]
+
+    @classmethod
+    def of(cls, table: SlaRiskTable) -> SlaRisk:
+        loads = (np.arange(10) + 0.5) / 10
+        by_load: dict[str, list[float]] = {}
+        for kind in sorted(table.survival):
+            risk = table.risk(kind, loads, np.full(10, RISK_VIEW_RATIO))
+            assert risk is not None
+            by_load[kind] = [round(float(r), 4) for r in risk]
+        return cls(RISK_VIEW_RATIO, by_load, dict(sorted(table.observations.items())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,12 +59,22 @@ class Interference:
         dict[str, int],
         {"description": "what became of the observations successes carried since the hub started"},
     ]
+    sla_risk: Annotated[
+        SlaRisk | None,
+        {"description": "the SLA-miss risk learned from the same outcomes (null: not weighed)"},
+    ]
 
     @classmethod
-    def of(cls, estimate: InterferenceEstimate | None, outcomes: Mapping[str, int]) -> Interference:
+    def of(
+        cls,
+        estimate: InterferenceEstimate | None,
+        outcomes: Mapping[str, int],
+        risk: SlaRiskTable | None = None,
+    ) -> Interference:
         reports = dict(sorted(outcomes.items()))
+        sla_risk = None if risk is None else SlaRisk.of(risk)
         if estimate is None:
-            return cls(False, None, {}, {}, None, None, {}, reports)
+            return cls(False, None, {}, {}, None, None, {}, reports, sla_risk)
         return cls(
             learning=True,
             knee=estimate.knee,
@@ -42,4 +84,5 @@ class Interference:
             io_penalty_sd=estimate.io_penalty_sd,
             observations=dict(sorted(estimate.observations.items())),
             reports=reports,
+            sla_risk=sla_risk,
         )

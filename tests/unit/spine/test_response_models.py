@@ -18,6 +18,7 @@ from controlplane.api.openapi import _REQUEST_MODELS, openapi_document
 from controlplane.hub.forget import ForgottenNode
 from controlplane.rollout.controller import CanaryController, RolloutConfig
 from controlplane.scheduling.interference import InterferenceEstimate, InterferenceEstimator, LoadProfile
+from controlplane.scheduling.sla_risk import SlaRiskEstimator, SlaRiskTable
 from controlplane.serverless.estimates import FunctionStats
 from controlplane.serverless.spec import FunctionSpec
 from controlplane.serverless.window import Window
@@ -233,6 +234,7 @@ async def _samples() -> dict[type, list[Any]]:
         views.EventPage([event], 7, 100),
         views.Interference.of(_learned(), {"learned": 1, "invalid": 0}),
         views.Interference.of(None, {}),
+        views.Interference.of(_learned(), {"learned": 30}, _risk()),
         policy,
         views.PolicyList([policy], 1),
         views.PolicyRolloutResult(version=2, nodes=["n1", "n2"], changed=["n2"]),
@@ -289,6 +291,12 @@ async def _samples() -> dict[type, list[Any]]:
     for sample in rendered + nested:
         out.setdefault(type(sample), []).append(sample)
     return out
+
+
+def _risk() -> SlaRiskTable:
+    risk = SlaRiskEstimator()
+    risk.observe("function", 1.0, 2.0, LoadProfile([0.0] * 9 + [2.0]))
+    return risk.table()
 
 
 def _learned() -> InterferenceEstimate:
