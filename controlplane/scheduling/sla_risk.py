@@ -57,21 +57,20 @@ class SlaRiskTable:
 
 
 def _isotonic(values: FloatArray, weights: FloatArray) -> FloatArray:
-    """The weighted least-squares non-decreasing fit of ``values`` (pool adjacent violators)."""
-    means: list[float] = []
-    sizes: list[float] = []
-    spans: list[int] = []
-    for value, weight in zip(values.tolist(), weights.tolist(), strict=True):
-        means.append(value)
-        sizes.append(weight)
-        spans.append(1)
-        while len(means) > 1 and means[-2] > means[-1]:
-            merged = sizes[-2] + sizes[-1]
-            means[-2] = (means[-2] * sizes[-2] + means[-1] * sizes[-1]) / merged
-            sizes[-2] = merged
-            spans[-2] += spans[-1]
-            del means[-1], sizes[-1], spans[-1]
-    return np.repeat(np.asarray(means), spans)
+    """Per column of ``values`` (rows in load order), the weighted least-squares non-decreasing
+    fit: ``fit[i] = max over a <= i of min over b >= i of mean(values[a..b])`` (the max-min form
+    of isotonic regression; a handful of load bins, so the cubic table is small)."""
+    m = len(weights)
+    sums = np.vstack([np.zeros((1, values.shape[1])), np.cumsum(weights[:, None] * values, axis=0)])
+    mass = np.concatenate([[0.0], np.cumsum(weights)])
+    first = np.arange(m)[:, None]
+    last = np.arange(m)[None, :]
+    valid = (last >= first)[:, :, None]
+    span = np.where(last >= first, mass[last + 1] - mass[first], 1.0)[:, :, None]
+    means = np.where(valid, (sums[last + 1] - sums[first]) / span, np.inf)  # (first, last, column)
+    lowest_after = np.minimum.accumulate(means[:, ::-1], axis=1)[:, ::-1]  # min over last >= i
+    fitted: FloatArray = np.where(valid, lowest_after, -np.inf).max(axis=0)
+    return fitted
 
 
 class SlaRiskEstimator:
@@ -118,7 +117,7 @@ class SlaRiskEstimator:
             seen = np.flatnonzero(n > 0)
             weights = n[seen] + self.prior_weight
             smoothed = (above[seen] + self.prior_weight * pooled[None, :]) / weights[:, None]
-            fitted = np.stack([_isotonic(smoothed[:, j], weights) for j in range(smoothed.shape[1])], axis=1)
+            fitted = _isotonic(smoothed, weights)
             # Each load bin reads the last observed bin at or below it (the first, below that).
             source = np.clip(np.searchsorted(seen, np.arange(self.load_bins), side="right") - 1, 0, None)
             survival[kind] = fitted[source]

@@ -17,7 +17,7 @@ from controlplane.scheduling.interference import LoadProfile
 from controlplane.scheduling.model import Affinity
 from controlplane.scheduling.profiles import BUILTIN_PROFILES
 from controlplane.scheduling.scheduler import Scheduler
-from controlplane.scheduling.sla_risk import SlaRiskEstimator
+from controlplane.scheduling.sla_risk import SlaRiskEstimator, _isotonic
 
 from .conftest import cpu_node, request
 
@@ -80,6 +80,29 @@ def test_an_unobserved_load_borrows_the_pooled_tail_and_risk_never_falls_with_lo
     # The two observed loads contradict the assumption: pooled into one level, the share of
     # all replicas that missed (15%), which the empty lowest bin reads too.
     assert risk[0] == pytest.approx(0.15, abs=0.04)
+
+
+def _pool_adjacent_violators(values: list[float], weights: list[float]) -> list[float]:
+    """The textbook algorithm, as the oracle of the vectorised fit."""
+    blocks: list[list[float]] = []  # [mean, weight, length]
+    for value, weight in zip(values, weights, strict=True):
+        blocks.append([value, weight, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m1, w1, n1), (m2, w2, n2) = blocks[-2], blocks[-1]
+            blocks[-2:] = [[(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2]]
+    return [mean for mean, _, length in blocks for _ in range(int(length))]
+
+
+def test_the_vectorised_isotonic_fit_is_pool_adjacent_violators() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        m = int(rng.integers(1, 11))
+        values = rng.random((m, 5))
+        weights = rng.integers(1, 200, m).astype(np.float64)
+        fitted = _isotonic(values, weights)
+        for column in range(5):
+            expected = _pool_adjacent_violators(values[:, column].tolist(), weights.tolist())
+            assert fitted[:, column] == pytest.approx(expected)
 
 
 def test_unusable_outcomes_are_ignored() -> None:
