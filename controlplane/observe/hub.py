@@ -23,6 +23,7 @@ from controlplane.fleet.nodes import NodeLive
 from controlplane.observe.functions import FunctionMetrics
 from controlplane.observe.scheduler import SchedulerMetrics
 from controlplane.scheduling.interference import InterferenceEstimate
+from controlplane.scheduling.sla_risk import SHOWN_RATIO, SlaRiskTable
 
 __all__ = ["BidMetrics", "HubMetrics", "HubView", "InterferenceView"]
 
@@ -68,6 +69,7 @@ class InterferenceView(Protocol):
     @property
     def outcomes(self) -> Mapping[str, int]: ...
     def estimate(self) -> InterferenceEstimate | None: ...
+    def risk(self) -> SlaRiskTable | None: ...
 
 
 class BidMetrics:
@@ -332,3 +334,20 @@ class InterferenceCollector(Collector):
         for kind, count in sorted(estimate.observations.items()):
             observations.add_metric([kind], float(count))
         yield from (knee, sensitivity, sensitivity_sd, observations)
+        yield from _sla_risk(self.learning.risk())
+
+
+def _sla_risk(table: SlaRiskTable | None) -> Iterator[GaugeMetricFamily]:
+    """The learned SLA-miss risk at 1.5x the expected runtime, by kind and tenth of node load."""
+    if table is None:  # the hub's profile does not weigh it
+        return
+    risk = _gauge(
+        "edgeplane_sla_risk",
+        "Learned chance that a replica runs longer than 1.5x its expected runtime, by kind and "
+        "node load (the lower bound of its tenth)",
+        ["kind", "load"],
+    )
+    for kind, values in table.by_load(SHOWN_RATIO).items():
+        for tenth, value in enumerate(values):
+            risk.add_metric([kind, f"{tenth / 10:.1f}"], value)
+    yield risk

@@ -28,7 +28,10 @@ from edgeplane_contract.arrays import FloatArray
 
 from controlplane.scheduling.interference import LoadProfile
 
-__all__ = ["SlaRiskEstimator", "SlaRiskTable"]
+__all__ = ["SHOWN_RATIO", "SlaRiskEstimator", "SlaRiskTable"]
+
+#: The runtime ratio the API and the metrics read the risk at: an SLA of 1.5x the expected runtime.
+SHOWN_RATIO = 1.5
 
 #: Ratio bin edges: log-spaced over [1/4, 6] (the ratios the interference estimator accepts too).
 _Y_EDGES: FloatArray = np.exp(np.linspace(math.log(0.25), math.log(6.0), 49))
@@ -54,6 +57,16 @@ class SlaRiskTable:
         cols = np.clip(np.searchsorted(_Y_EDGES, np.asarray(allowed), side="right") - 1, 0, len(_Y_EDGES) - 1)
         result: FloatArray = table[rows, cols]
         return result
+
+    def by_load(self, ratio: float, parts: int = 10) -> dict[str, list[float]]:
+        """Per kind, the risk of running longer than ``ratio`` times the expected runtime at the
+        middle of each of ``parts`` equal parts of node load (what the API and metrics show)."""
+        loads = (np.arange(parts) + 0.5) / parts
+        out: dict[str, list[float]] = {}
+        for kind in sorted(self.survival):
+            risk = self.risk(kind, loads, np.full(parts, ratio))
+            out[kind] = [] if risk is None else [float(r) for r in risk]
+        return out
 
 
 def _isotonic(values: FloatArray, weights: FloatArray) -> FloatArray:

@@ -7,15 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
-import numpy as np
-
 from controlplane.scheduling.interference import InterferenceEstimate
-from controlplane.scheduling.sla_risk import SlaRiskTable
+from controlplane.scheduling.sla_risk import SHOWN_RATIO, SlaRiskTable
 
 __all__ = ["Interference", "SlaRisk"]
-
-#: The runtime ratio the view reads the risk at: an SLA of 1.5x the expected runtime.
-RISK_VIEW_RATIO = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,13 +29,8 @@ class SlaRisk:
 
     @classmethod
     def of(cls, table: SlaRiskTable) -> SlaRisk:
-        loads = (np.arange(10) + 0.5) / 10
-        by_load: dict[str, list[float]] = {}
-        for kind in sorted(table.survival):
-            risk = table.risk(kind, loads, np.full(10, RISK_VIEW_RATIO))
-            assert risk is not None
-            by_load[kind] = [round(float(r), 4) for r in risk]
-        return cls(RISK_VIEW_RATIO, by_load, dict(sorted(table.observations.items())))
+        by_load = {kind: [round(r, 4) for r in risk] for kind, risk in table.by_load(SHOWN_RATIO).items()}
+        return cls(SHOWN_RATIO, by_load, dict(sorted(table.observations.items())))
 
 
 @dataclass(frozen=True, slots=True)
