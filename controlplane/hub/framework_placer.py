@@ -202,14 +202,16 @@ class FrameworkPlacer:
     def observe_runtime(
         self, kind: str, expected_s: float, observed_s: float, load_seconds: Sequence[float]
     ) -> bool:
-        estimator = self.scheduler.interference
-        if estimator is None:
+        # Either learner takes outcomes: a profile may weigh the SLA-miss risk with its
+        # interference fixed (the simulator's Scheduler.observe_runtime feeds both the same way).
+        learners = [x for x in (self.scheduler.interference, self.scheduler.sla_risk) if x is not None]
+        if not learners:
             return False
-        before = len(estimator)
+        before = sum(len(x) for x in learners)
         # Live agents do not count I/O-heavy neighbours: io_others stays 0 (the I/O penalty
         # keeps its prior here).
         self.scheduler.observe_runtime(kind, expected_s, observed_s, LoadProfile(list(load_seconds)))
-        return len(estimator) > before
+        return sum(len(x) for x in learners) > before
 
     def sla_risk(self, *, use: bool = False) -> SlaRiskTable | None:
         learned = self.scheduler.sla_risk

@@ -101,8 +101,9 @@ class Placer(Protocol):
         self, kind: str, expected_s: float, observed_s: float, load_seconds: Sequence[float]
     ) -> bool:
         """A replica of ``kind`` ran ``observed_s`` against ``expected_s`` alone, its node spending
-        ``load_seconds[j]`` in CPU-load bin ``j``: feed the interference estimate. True when the
-        estimate took it (False: the profile does not learn, or the observation says nothing)."""
+        ``load_seconds[j]`` in CPU-load bin ``j``: feed the interference estimate and the SLA-risk
+        table. True when either took it (False: the profile learns neither, or the observation says
+        nothing)."""
         ...
 
     def interference(self, *, use: bool = False) -> InterferenceEstimate | None:

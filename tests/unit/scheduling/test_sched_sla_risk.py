@@ -13,6 +13,7 @@ import pytest
 
 from edgeplane_contract.objective import RewardConfig, RewardInputs, reward_terms
 
+from controlplane.hub.framework_placer import FrameworkPlacer
 from controlplane.scheduling.interference import LoadProfile
 from controlplane.scheduling.model import Affinity
 from controlplane.scheduling.profiles import BUILTIN_PROFILES
@@ -195,3 +196,15 @@ def _choice(weight: float) -> str:
 def test_a_scheduler_that_weighs_the_risk_leaves_the_node_where_functions_miss() -> None:
     assert _choice(0.0) == "busy"  # the reward's packing term alone fills the busy node
     assert _choice(3.0) == "quiet"
+
+
+def test_the_live_placer_feeds_the_risk_of_a_profile_whose_interference_is_fixed() -> None:
+    profile = _profile(3.0)
+    profile["reward"]["interference"] = "fixed"
+    placer = FrameworkPlacer(profile)
+    assert placer.scheduler.interference is None and placer.interference() is None
+    assert placer.observe_runtime("function", 10.0, 25.0, _at(0.5).seconds)
+    table = placer.sla_risk()
+    assert table is not None and table.observations == {"function": 1}
+    # A profile that learns neither takes nothing.
+    assert not FrameworkPlacer("default").observe_runtime("function", 10.0, 25.0, _at(0.5).seconds)
