@@ -41,6 +41,7 @@ from edge_agent.config import AgentConfig
 from edge_agent.confinement import Confinement
 from edge_agent.decisions import DecisionLog
 from edge_agent.executor import ProcessRunner, RunningPlacement
+from edge_agent.exit_records import ExitRecords
 from edge_agent.functions.pool import FunctionPool
 from edge_agent.heartbeats import Heartbeats
 from edge_agent.hub_link import HubLink
@@ -49,7 +50,7 @@ from edge_agent.load_profile import LoadSampler
 from edge_agent.local_decisions import LocalDecider
 from edge_agent.logs import LogFiles, LogService
 from edge_agent.metrics import AgentState, MetricsServer, agent_registry
-from edge_agent.outbox import DurableOutbox
+from edge_agent.outbox import FINAL_STATES, DurableOutbox
 from edge_agent.policy_updates import PolicyUpdates, load_current
 from edge_agent.registration import Registration
 from edge_agent.reports import OUTBOX_FILE, Reports
@@ -116,6 +117,7 @@ class Agent:
             cpu_limiter=cpu_limiter,
             confinement=self.confinement,
             load=self.load,
+            exit_records=ExitRecords(Path(config.work_dir)),
         )
         self.functions = FunctionPool(
             work_dir=Path(config.work_dir),
@@ -298,6 +300,11 @@ class Agent:
         # decided beside the connection, so that the node keeps serving whether or not a hub answers.
         # Before anything runs (resumed work included), hub or no hub.
         self._load_task = asyncio.create_task(self.load.loop(), name="load-sampler")
+        # Exits the previous run never handled (killed between a unit's end and its report) are
+        # final states in the outbox before anything is resumed or registered: not run again.
+        self.runner.recover_exits(
+            reported={s.placement_id for s in self.outbox.latest_states() if s.state in FINAL_STATES}
+        )
         undecided = self.runner.resumable()
         self.confinement.prune(keep={s.placement_id for s in undecided})  # work dirs of work not resumed
         if undecided:

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from edge_agent.child_process import MINIMAL_PATH, ChildSetup, build_env, child_setup, prctl_available
 from edge_agent.private_groups import PRIVATE_GIDS, GroupPool, gids_mapped
@@ -434,15 +434,22 @@ class Confinement:
         env: Mapping[str, str],
         memory_bytes: int | None,
         extra_procs: Sequence[Path] = (),
+        exit_record: Mapping[str, Any] | None = None,
     ) -> ProcessHandle:
         """Start a unit's process confined (stdout and stderr to ``stdout``): through the unit
         spawner while it runs, else forked by the agent off its loop (:func:`spawn`). Raises what
-        ``Popen`` raises (OSError, SubprocessError, ValueError)."""
+        ``Popen`` raises (OSError, SubprocessError, ValueError). ``exit_record``: the spawner writes
+        it when the process ends (:mod:`edge_agent.exit_records`); the agent's own fork has none."""
         setup = self.setup(sandbox, memory_bytes=memory_bytes, extra_procs=extra_procs)
         spawner = await self._ready_spawner()
         if spawner is not None:
             return await spawner.spawn(
-                argv, stdout=stdout.fileno(), cwd=str(sandbox.home), env=env, setup=setup
+                argv,
+                stdout=stdout.fileno(),
+                cwd=str(sandbox.home),
+                env=env,
+                setup=setup,
+                exit_record=exit_record,
             )
         return await spawn(
             *argv,

@@ -48,6 +48,7 @@ from edgeplane_contract.messages import NODE_SHUTDOWN, PlacementState, RunSpec
 
 from edge_agent.cgroups import CpuLimiter, NoCpuLimit
 from edge_agent.confinement import Confinement
+from edge_agent.exit_records import ExitRecord, ExitRecords
 from edge_agent.load_profile import LoadSampler
 from edge_agent.placement_file import PlacementFile, SavedPlacement
 from edge_agent.placement_process import RunningPlacement, start_process
@@ -102,6 +103,7 @@ class ProcessRunner:
         confinement: Confinement | None = None,
         load: LoadSampler | None = None,
         storage_interval_s: float = 1.0,
+        exit_records: ExitRecords | None = None,
     ) -> None:
         self.work_dir = work_dir
         self.logs = work_dir / "logs"
@@ -122,6 +124,8 @@ class ProcessRunner:
         # The node's load during each run, for the Succeeded report's observation (None: none).
         self.load = load
         self.storage_interval_s = storage_interval_s
+        # Exits the unit spawner writes down before the agent hears of them (None: not kept).
+        self.exit_records = exit_records
 
     def running_ids(self) -> list[str]:
         return [pid for pid, p in self.placements.items() if p.state.state == "Running"]
@@ -181,6 +185,70 @@ class ProcessRunner:
         # it decided must still know about them.
         items += [item for *_, item in self._undecided or [] if item["placement_id"] not in self.placements]
         self._placement_file.write(items)
+
+    def _clear_exit(self, placement_id: str) -> None:
+        if self.exit_records is not None:
+            self.exit_records.clear(placement_id)
+
+    def recover_exits(self, reported: set[str] | frozenset[str] = frozenset()) -> list[PlacementState]:
+        """Turn the exits a previous run of the agent never handled (it died between a unit's end
+        and its outbox write; :mod:`edge_agent.exit_records`) into final states through
+        ``on_change`` (the outbox, hence the registration), so the hub does not run them again.
+        Call at start, before :meth:`resumable`. A restartable placement whose exit asks for a
+        restart is left to :meth:`resume` (restarted as after any exit); ``reported``: placements
+        whose final state the outbox already holds (nothing to add). Returns the states added."""
+        if self.exit_records is None:
+            return []
+        saved = {entry.placement_id: entry for entry in self._resumable_items()}
+        ended: list[PlacementState] = []
+        for record in self.exit_records.read():
+            placement_id = record.placement_id
+            if placement_id in self.placements:
+                continue  # this run's own (started since): handled by its supervisor
+            entry = saved.get(placement_id)
+            spec = entry.spec if entry is not None else None
+            if spec is not None and wants_restart(
+                spec.restart_policy, record.exit_code, record.restarts, spec.max_restarts
+            ):
+                self.exit_records.clear(placement_id)
+                continue
+            if placement_id not in reported:
+                state = self._recorded_end(record, spec)
+                self.on_change(state)
+                ended.append(state)
+                log.info(
+                    "placement %s ended while the agent was down: %s",
+                    placement_id,
+                    state.message or state.state,
+                )
+            if self._undecided is not None:
+                self._undecided = [e for e in self._undecided if e.placement_id != placement_id]
+            self.exit_records.clear(placement_id)
+        if ended:
+            self._persist()
+        return ended
+
+    def _recorded_end(self, record: ExitRecord, spec: RunSpec | None) -> PlacementState:
+        code = record.exit_code
+        state = PlacementState(
+            placement_id=record.placement_id,
+            workload_id=record.workload_id,
+            state="Succeeded" if code == 0 else "Failed",
+            restarts=record.restarts,
+        )
+        state.exit_code = code
+        state.started_at = record.started_at if record.started_at is not None else record.finished_at
+        state.finished_at = record.finished_at
+        why = "ended while the agent was down (recorded by its unit spawner)"
+        if code != 0:
+            tail = _tail(self.logs / f"{record.placement_id}.log")
+            exited = f"exit code {code}" + (f": {tail.splitlines()[-1][:300]}" if tail else "")
+            if spec is not None and wants_restart(spec.restart_policy, code, 0, 1):  # the limit did
+                exited += f" (max_restarts ({spec.max_restarts}) reached)"
+            state.message = f"{exited}; {why}"
+        else:
+            state.message = why
+        return state
 
     def resumable(self) -> list[PlacementState]:
         """The placements a dead agent left running that :meth:`resume` would restart, as Running
@@ -257,8 +325,20 @@ class ProcessRunner:
 
     async def _spawn(self, entry: RunningPlacement) -> tuple[int, str] | None:
         """Start the placement's process with its current quotas; (exit code, message) if exec failed."""
+        state = entry.state
+        request = (
+            self.exit_records.request(
+                state.placement_id, state.workload_id, state.restarts, state.started_at or time.time()
+            )
+            if self.exit_records is not None
+            else None
+        )
         error = await start_process(
-            entry, confinement=self.confinement, cpu_limiter=self.cpu_limiter, log_path=self._log_path(entry)
+            entry,
+            confinement=self.confinement,
+            cpu_limiter=self.cpu_limiter,
+            log_path=self._log_path(entry),
+            exit_record=request,
         )
         if self.load is not None and error is None:
             self.load.begin(entry.state.placement_id)  # every run starts afresh: only the last counts
@@ -327,7 +407,8 @@ class ProcessRunner:
         state = entry.state
         state.finished_at = time.time()
         self._release(entry)
-        self.on_change(state)
+        self.on_change(state)  # the final state is in the outbox: the spawner's record can go
+        self._clear_exit(state.placement_id)
         self._trim()
         self._persist()
 
@@ -366,6 +447,7 @@ class ProcessRunner:
                 break
             entry.cpu, entry.memory = choice.cpu, choice.memory
             state.restarts += 1
+            self._clear_exit(state.placement_id)  # the last run's exit is handled: restarted
             error = await self._spawn(entry)
             if error is not None or entry.process is None:
                 state.exit_code, state.message = error or (126, "could not restart")

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from edgeplane_contract.messages import PlacementState, RunSpec
 
@@ -43,9 +45,15 @@ class RunningPlacement:
 
 
 async def start_process(
-    entry: RunningPlacement, *, confinement: Confinement, cpu_limiter: CpuLimiter, log_path: Path
+    entry: RunningPlacement,
+    *,
+    confinement: Confinement,
+    cpu_limiter: CpuLimiter,
+    log_path: Path,
+    exit_record: Mapping[str, Any] | None = None,
 ) -> tuple[int, str] | None:
-    """Start the placement's process with its current quotas; (exit code, message) if exec failed."""
+    """Start the placement's process with its current quotas; (exit code, message) if exec failed.
+    ``exit_record``: what the unit spawner writes when the process ends (:mod:`edge_agent.exit_records`)."""
     spec, state = entry.spec, entry.state
     if entry.sandbox is None:
         try:
@@ -85,6 +93,7 @@ async def start_process(
                 env=env,
                 memory_bytes=entry.memory,
                 extra_procs=[procs] if procs else [],
+                exit_record=exit_record,
             )
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         entry.process = None

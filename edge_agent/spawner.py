@@ -133,9 +133,12 @@ class UnitSpawner:
         setup: ChildSetup,
         stdin: int | None = None,
         stderr: int | None = None,
+        exit_record: Mapping[str, Any] | None = None,
     ) -> SpawnedProcess:
         """Start one unit's process: its stdin from the fd ``stdin`` (None: /dev/null), its stdout
-        to ``stdout``, its stderr to ``stderr`` (None: with stdout). The fds stay the caller's."""
+        to ``stdout``, its stderr to ``stderr`` (None: with stdout). The fds stay the caller's.
+        ``exit_record`` (``{"path", "fields"}``): written by the spawner when the process ends,
+        before the agent is told (:mod:`edge_agent.exit_records`)."""
         if not self.alive:
             raise OSError(0, "the unit spawner is not running")
         start_id = next(self._ids)
@@ -159,6 +162,7 @@ class UnitSpawner:
                 "setup": setup.to_wire(),
                 "fds": len(fds),
                 "stdio": stdio,
+                **({"exit_record": dict(exit_record)} if exit_record is not None else {}),
             }
         )
         try:

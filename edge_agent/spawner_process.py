@@ -14,6 +14,10 @@ Protocol (frames of a 4-byte big-endian length and a JSON object, both ways):
 * agent -> spawner ``{"op": "start", "id", "argv", "env", "cwd", "setup": {...}, "fds": N,
   "stdio": [stdin, stdout, stderr]}`` with N file descriptors attached (``SCM_RIGHTS``); each of
   ``stdio`` is an index into them, or null: stdin from ``/dev/null``, stderr to stdout.
+  A start may carry ``"exit_record": {"path", "fields"}``: when that process ends, this program
+  writes ``fields`` with ``code`` and ``finished_at`` to ``path`` (atomically, mode 0600) before it
+  tells the agent (:mod:`edge_agent.exit_records`: an exit the agent never heard of, because it
+  was killed in between, is still known to its next run).
 * spawner -> agent ``{"op": "ready", "pid"}`` once, then per start ``{"op": "started", "id",
   "pid"}`` or ``{"op": "failed", "id", "errno", "message"}``, and ``{"op": "exited", "pid",
   "code"}`` when a started process ends (``code`` as ``Popen.returncode``: negative for a signal).
@@ -34,6 +38,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 from typing import Any
 
 from edge_agent.child_process import ChildSetup, die_with_parent
@@ -79,6 +84,7 @@ class Spawner:
         self.sock = sock
         self.seccomp = seccomp  # a built filter (UnitFilter) or None
         self.children: dict[int, subprocess.Popen[bytes]] = {}
+        self.exit_records: dict[int, dict[str, Any]] = {}  # pid -> the start's "exit_record"
         self.fds: list[int] = []
         self.reader = FrameReader()
         self.selector = selectors.DefaultSelector()
@@ -144,6 +150,9 @@ class Spawner:
             reply: dict[str, Any] = {"op": "failed", "id": start_id, "errno": number or 0, "message": text}
         else:
             self.children[popen.pid] = popen
+            record = message.get("exit_record")
+            if isinstance(record, dict) and isinstance(record.get("path"), str):
+                self.exit_records[popen.pid] = record
             reply = {"op": "started", "id": start_id, "pid": popen.pid}
         finally:
             # Our copies go before the agent hears "started": after it, the unit holds the only
@@ -166,7 +175,32 @@ class Spawner:
             code = os.waitstatus_to_exitcode(status)
             if popen is not None:
                 popen.returncode = code  # reaped here: Popen must not wait for it again
+                record = self.exit_records.pop(pid, None)
+                if record is not None:  # first: the agent may die before it reads the frame below
+                    write_exit_record(record, code)
                 self.send({"op": "exited", "pid": pid, "code": code})
+
+
+def write_exit_record(record: dict[str, Any], code: int) -> None:
+    """Write a start's exit record (``fields`` with ``code`` and ``finished_at``) to its ``path``:
+    a temporary file renamed over it, so a reader sees the whole record or none. No fsync: it
+    must outlive the agent's process, not the machine (whose units die with it anyway)."""
+    path = str(record["path"])
+    fields = record.get("fields")
+    body = json.dumps(
+        {**(fields if isinstance(fields, dict) else {}), "code": code, "finished_at": time.time()}
+    )
+    temporary = f"{path}.tmp"
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # a leftover temporary file keeps its old mode through O_CREAT
+            os.write(fd, body.encode())
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except OSError:
+        pass  # a full disk or a removed work dir: the agent hears the exit the usual way
 
 
 def main(argv: list[str]) -> int:

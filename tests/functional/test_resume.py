@@ -4,6 +4,7 @@ the hub, back later, keeps the same placement and learns the restart count."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 
@@ -132,3 +133,45 @@ async def test_without_the_hub_an_agent_resumes_only_within_the_autonomy_window(
         if agent.poll() is None:
             agent.terminate()
             agent.wait(timeout=10)
+
+
+async def test_work_that_ended_while_its_agent_was_frozen_and_killed_is_not_run_again(
+    nats_server, sqlite_url, tmp_path, shared_dir
+):
+    """The chaos run's "completed twice": a unit exited, and its agent died before the exit reached
+    its outbox. The agent is frozen (SIGSTOP) while its unit ends, so only the unit spawner sees the
+    exit, then killed; restarted, it reports the recorded end and the hub does not run it again."""
+    body = {
+        "name": "once",
+        "command": ["sh", "-c", 'echo run >> "$RUNS/$EDGEPLANE_PLACEMENT_ID.runs"; sleep 1; exit 0'],
+        "env": {"RUNS": str(shared_dir)},
+        "restart_policy": "never",
+    }
+    agent = spawn_agent(nats_server.url, "x1", tmp_path, cpu="2")
+    try:
+        async with running_hub(nats_server.url, sqlite_url) as (_, api):
+            await wait_for(api.nodes, lambda n: len(n) == 1 and n[0]["status"] == "Ready")
+            workload_id = await api.post_workload(body)
+            placement_id = (await api.wait_status(workload_id, "Running"))["placements"][0]["id"]
+            runs = shared_dir / f"{placement_id}.runs"
+            await wait_for(lambda: _counted(runs, 1), bool)
+            agent.send_signal(signal.SIGSTOP)
+            record = tmp_path / "x1" / "exits" / f"{placement_id}.json"
+            await wait_for(lambda: _exists(record), bool, timeout=10)  # the unit ended, unheard
+            agent.send_signal(signal.SIGKILL)
+            agent.wait(timeout=5)
+            agent = spawn_agent(nats_server.url, "x1", tmp_path, cpu="2")
+            done = await api.wait_status(workload_id, "Succeeded", timeout=20)
+            assert [p["id"] for p in done["placements"]] == [placement_id]
+            assert done["placements"][0]["status"] == "Succeeded"
+            await asyncio.sleep(1.5)  # a second run would have started by now
+            assert _runs(runs) == 1
+            assert not record.exists(), "the record goes once its final state is in the outbox"
+    finally:
+        if agent.poll() is None:
+            agent.terminate()
+            agent.wait(timeout=10)
+
+
+async def _exists(path: Path) -> bool:
+    return path.exists()
