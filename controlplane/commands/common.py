@@ -18,6 +18,7 @@ from edgeplane_contract.urls import mask_url
 
 from controlplane.errors import ConfigError
 from controlplane.federation.config import ClusterConfig, FederationConfig, load_federation, single_cluster
+from controlplane.scheduling.shield import DEFAULT_BID_SHIELD_MARGIN
 from controlplane.store.db import sqlite_url
 
 if TYPE_CHECKING:
@@ -129,6 +130,14 @@ def add_hub_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=50.0,
         help="how long to wait for agents' local-policy bids before placing (0 disables bids)",
+    )
+    parser.add_argument(
+        "--bid-shield-margin",
+        default=str(DEFAULT_BID_SHIELD_MARGIN),
+        metavar="MARGIN|off",
+        help="the bids' SLA shield: a node whose QoS term in the hub's estimate is more than MARGIN "
+        f"below the best candidate's is not placed on, whatever its agent bids (default "
+        f"{DEFAULT_BID_SHIELD_MARGIN:g}; 'off' trusts the bids)",
     )
     parser.add_argument(
         "--deschedule-budget",
@@ -327,6 +336,7 @@ def check_function_policy(args: argparse.Namespace) -> None:
             raise ConfigError("<command line>", "--placement-model", str(exc)) from None
     if not 0 <= args.bid_deadline_ms <= 10_000:
         raise ConfigError("<command line>", "--bid-deadline-ms", "must be between 0 and 10000")
+    args.bid_shield_margin = _shield_margin(args.bid_shield_margin)
     args.deschedule = _deschedule_budget(args.deschedule_budget)
     if not 0 < args.nats_connect_timeout <= 3600:
         raise ConfigError("<command line>", "--nats-connect-timeout", "must be in (0, 3600] seconds")
@@ -364,6 +374,20 @@ def _deschedule_budget(raw: str) -> tuple[int, float]:
     return budget
 
 
+def _shield_margin(raw: str) -> float | None:
+    if raw.strip().lower() == "off":
+        return None
+    try:
+        margin = float(raw)
+    except ValueError:
+        margin = -1.0
+    if not 0.0 <= margin <= 2.0:  # R_qos spans [-2, 0]: a wider margin shields nothing
+        raise ConfigError(
+            "<command line>", "--bid-shield-margin", f"must be a number in [0, 2] or 'off' (got {raw!r})"
+        )
+    return margin
+
+
 def hub_settings(
     args: argparse.Namespace, nats_url: str, federation: FederationConfig, nats: NatsSetup | None = None
 ) -> HubSettings:
@@ -380,6 +404,7 @@ def hub_settings(
         scheduler=args.profile,
         placement_model=Path(args.placement_model) if args.placement_model else None,
         bid_deadline_ms=args.bid_deadline_ms,
+        bid_shield_margin=args.bid_shield_margin,
         nats_seed=nats.seed if nats else None,
         nats_tls=nats.tls if nats else None,
         require_enrolment=nats.require_enrolment if nats else False,

@@ -9,6 +9,11 @@ quotas, as the hub places it; ``score`` from older agents); a node that does not
 is valued at the hub's own reward estimate. The best value wins. When nothing can be compared
 (no estimates and no accepting bid), the scheduler's choice stands.
 
+The SLA shield (``shield_margin``; :mod:`controlplane.scheduling.shield`): the agents' models do
+not know the interference and the SLA-miss risk the hub learned, so a candidate whose QoS term in
+the hub's estimate is more than the margin below the best candidate's still in the running is
+taken out (``shielded`` in the explanation), as the simulator's ``LocalPolicyBid`` does.
+
 The round ends as soon as every node it waits for has answered: the deadline bounds a silent
 node, it is not a wait. A node whose local policy let a deadline pass is *on probation*
 (:class:`BidSilence`, per boot): it is still asked, but no round waits for it longer than for the
@@ -30,6 +35,7 @@ from edgeplane_contract.messages import BidRequestV1, BidV1, MessageError, decod
 
 from controlplane.fleet.nodes import NodeDirectory
 from controlplane.hub.placement import ReplicaChoice
+from controlplane.scheduling.shield import unsafe_of
 from controlplane.specs.workload import WorkloadSpec
 
 __all__ = ["BidCandidate", "BidOutcome", "BidRow", "BidSilence", "candidates_of", "decide", "run_bid_round"]
@@ -44,6 +50,9 @@ class BidCandidate:
     # What the SLA-miss risk the hub learned from outcomes takes off this node's reward: an
     # agent's bid, whose model does not know it, is lowered by as much (0: none learned).
     risk_cost: float = 0.0
+    # The hub's QoS term for this node (R_qos: predicted slowdown against the SLA, the neighbours'
+    # and the learned miss risk), what the SLA shield compares (None: no estimate).
+    qos: float | None = None
 
 
 @dataclass(slots=True)
@@ -56,11 +65,14 @@ class BidRow:
     bid: BidV1 | None = None
     value: float | None = None
     waited: bool = True  # False: on probation (``BidSilence``), the round did not wait for it
+    shielded: bool = False  # taken out by the SLA shield (its QoS too far below the best's)
 
     def to_dict(self) -> dict[str, Any]:
         row: dict[str, Any] = {"node": self.node, "asked": self.asked, "hub_reward": self.hub_reward}
         if not self.waited:
             row["waited"] = False  # on probation: it let a deadline pass
+        if self.shielded:
+            row["shielded"] = True
         if self.bid is None:
             row["answered"] = False
         else:
@@ -90,7 +102,7 @@ class BidOutcome:
 def candidates_of(choice: ReplicaChoice) -> list[BidCandidate]:
     """The scheduler's choice first, then its alternatives, from the replica's explanation."""
     found = [
-        BidCandidate(c.node, c.reward.total, c.reward.sla_risk_cost)
+        BidCandidate(c.node, c.reward.total, c.reward.sla_risk_cost, c.reward.qos)
         if c.reward is not None
         else BidCandidate(c.node)
         for c in choice.explanation.candidates
@@ -210,10 +222,12 @@ async def run_bid_round(
     *,
     deadline_ms: float,
     silence: BidSilence | None = None,
+    shield_margin: float | None = None,
 ) -> BidOutcome | None:
     """The node this replica should go to, or None when no candidate runs a local policy.
 
-    ``silence``: the nodes on probation, kept across rounds (None: every node is waited for)."""
+    ``silence``: the nodes on probation, kept across rounds (None: every node is waited for);
+    ``shield_margin``: the SLA shield's margin (None: no shield), see :func:`decide`."""
     candidates = candidates_of(choice)
     asked = [c for c in candidates if (live := hub.nodes.get(c.node)) and live.telemetry.get("policy")]
     if not asked:
@@ -227,17 +241,24 @@ async def run_bid_round(
     )
     bids, not_waited = await _gather_bids(hub, [c.node for c in asked], request, deadline_ms / 1000, silence)
     by_node = {c.node: bid for c, bid in zip(asked, bids, strict=True)}
-    return decide(candidates, by_node, not_waited, choice.node)
+    return decide(candidates, by_node, not_waited, choice.node, shield_margin=shield_margin)
 
 
 def decide(
-    candidates: list[BidCandidate], by_node: dict[str, BidV1 | None], not_waited: set[str], chosen: str
+    candidates: list[BidCandidate],
+    by_node: dict[str, BidV1 | None],
+    not_waited: set[str],
+    chosen: str,
+    *,
+    shield_margin: float | None = None,
 ) -> BidOutcome:
     """The round's winner: the best of the accepting bids (less each node's learned risk cost)
     and, for the nodes not asked or silent, the hub's estimates; ``chosen`` (the scheduler's
-    choice) when nothing can be compared. ``by_node``: the nodes asked and their bids."""
+    choice) when nothing can be compared. ``by_node``: the nodes asked and their bids.
+    ``shield_margin``: a candidate still in the running whose hub QoS term is more than this
+    below the best such candidate's is taken out (None: no shield)."""
     rows = []
-    best: tuple[float, str, str] | None = None
+    hows = []
     for candidate in candidates:
         bid = by_node.get(candidate.node)
         asked_it = candidate.node in by_node
@@ -251,8 +272,17 @@ def decide(
         else:
             row.value, how = candidate.hub_reward, "hub-estimate"
         rows.append(row)
+        hows.append(how)
+    if shield_margin is not None:
+        in_running = [row.value is not None for row in rows]
+        masks = unsafe_of([c.qos for c in candidates], in_running, shield_margin)
+        for row, masked in zip(rows, masks, strict=True):
+            if masked:
+                row.value, row.shielded = None, True
+    best: tuple[float, str, str] | None = None
+    for row, how in zip(rows, hows, strict=True):
         if row.value is not None and (best is None or row.value > best[0]):
-            best = (row.value, candidate.node, how)
+            best = (row.value, row.node, how)
     if best is None:
         return BidOutcome(winner=chosen, decided_by="scheduler", rows=rows)
     return BidOutcome(winner=best[1], decided_by=best[2], rows=rows)

@@ -71,6 +71,7 @@ class PlacementRound:
         bid_deadline_ms: float,
         metrics: HubMetrics,
         specs: SpecCache | None = None,
+        bid_shield_margin: float | None = None,
     ) -> None:
         self.store = store
         self.placer = placer
@@ -79,6 +80,7 @@ class PlacementRound:
         self._active = active
         self.bid_deadline_ms = bid_deadline_ms
         self.bid_silence = BidSilence()  # nodes whose bids no round waits for (on probation)
+        self.bid_shield_margin = bid_shield_margin  # the bids' SLA shield (bidding.decide)
         self.metrics = metrics
         self.specs = specs if specs is not None else SpecCache()  # an empty cache is falsy
         # Workloads no node fitted: id -> (the placer's generation then, their replicas).
@@ -290,6 +292,7 @@ class PlacementRound:
             choice,
             deadline_ms=self.bid_deadline_ms,
             silence=self.bid_silence,
+            shield_margin=self.bid_shield_margin,
         )
         if result is None:
             return choice

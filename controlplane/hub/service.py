@@ -161,6 +161,7 @@ class Hub:
             bid_deadline_ms=settings.bid_deadline_ms,
             metrics=self.metrics,
             specs=self.specs,
+            bid_shield_margin=settings.bid_shield_margin,
         )
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()

@@ -13,6 +13,7 @@ from controlplane.federation.config import FederationConfig
 from controlplane.hub.descheduler import DeschedulerSettings
 from controlplane.hub.registration import RegistrationLimits
 from controlplane.scheduling.profiles import Profile, load_profile
+from controlplane.scheduling.shield import DEFAULT_BID_SHIELD_MARGIN
 from controlplane.serverless.keepalive import Policy, make_policy
 
 __all__ = ["HubSettings", "SeenIds"]
@@ -34,6 +35,9 @@ class HubSettings:
     # profile picks); loaded by ``runner.build_hub``, never deferring (``learn.chooser``).
     placement_model: Path | None = None
     bid_deadline_ms: float = 50.0  # how long the bid round waits for local policies; 0: no bids
+    # The bids' SLA shield (hub/bidding.py, scheduling/shield.py): a node whose QoS term in the
+    # hub's estimate is more than this below the best candidate's is not placed on; None: off.
+    bid_shield_margin: float | None = DEFAULT_BID_SHIELD_MARGIN
     hub_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     nats_seed: str | None = field(default=None, repr=False)  # the hub's nkey seed; None: anonymous
     nats_tls: NatsTls | None = None

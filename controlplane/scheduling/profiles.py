@@ -28,7 +28,8 @@ Built-in profiles: ``default`` (kube-scheduler's default scoring), ``default-mos
 ``edgeplane-no-risk`` (``edgeplane`` without the learned SLA-miss risk), ``edgeplane-fixed``
 (the same with the adaptive energy weight switched off, for battery comparisons),
 ``edgeplane-learned`` (``edgeplane`` with the
-edge agents' int8 local policy bidding in place of the reward score) and ``edgeplane-merge``
+edge agents' int8 local policy bidding in place of the reward score, under the hub's SLA shield;
+``edgeplane-learned-unshielded`` without it) and ``edgeplane-merge``
 (``edgeplane`` with GpuFragmentation's fragment merge on, as it was before issue 13).
 :data:`FUNCTION_PROFILE` filters nodes for function instances (the function router scores them);
 it places no workload, so it is not among the profiles ``--scheduler`` takes.
@@ -49,6 +50,7 @@ from edgeplane_contract.objective import RewardConfig
 from controlplane.errors import ConfigError
 from controlplane.scheduling.actions import ACCELERATOR_POLICIES, ActionSpaceConfig
 from controlplane.scheduling.plugins.registry import REGISTRY, VALIDATORS
+from controlplane.scheduling.shield import DEFAULT_BID_SHIELD_MARGIN
 
 __all__ = ["BUILTIN_PROFILES", "FUNCTION_PROFILE", "PluginSpec", "Profile", "load_profile", "parse_profile"]
 
@@ -210,12 +212,14 @@ def _variant(base: dict[str, Any], name: str, reward: dict[str, Any]) -> dict[st
     return out
 
 
-def _learned(base: dict[str, Any], name: str) -> dict[str, Any]:
+def _learned(base: dict[str, Any], name: str, shield_margin: float | None) -> dict[str, Any]:
     """``base`` with its MultiObjective score replaced by the agents' local policy (same weight).
 
     Filters, post-filters, the other scores and the reward block stay; the reward block becomes
-    the plugin's args (the agents' base weights and battery rule, and the fallback score).
+    the plugin's args (the agents' base weights and battery rule, and the fallback score);
+    ``shield_margin``: the SLA shield over the bids (None: none; scheduling/shield.py).
     """
+    shield = {} if shield_margin is None else {"shield_margin": shield_margin}
     return _replacing(
         base,
         name,
@@ -223,7 +227,7 @@ def _learned(base: dict[str, Any], name: str) -> dict[str, Any]:
         lambda p: {
             "name": "LocalPolicyBid",
             "weight": p.get("weight", 1.0),
-            "args": {"reward": copy.deepcopy(base["reward"])},
+            "args": {"reward": copy.deepcopy(base["reward"]), **shield},
         },
     )
 
@@ -261,7 +265,9 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     "edgeplane-no-risk": _variant(_EDGEPLANE, "edgeplane-no-risk", {"sla_risk_weight": 0.0}),
     # The edge agents' int8 local policy deciding placement (controlplane/scheduling/plugins/
     # local_policy_bid.py): loads onnxruntime and the shipped model when it is loaded.
-    "edgeplane-learned": _learned(_EDGEPLANE, "edgeplane-learned"),
+    # With the hub's SLA shield over the bids, as the live bid round applies it by default.
+    "edgeplane-learned": _learned(_EDGEPLANE, "edgeplane-learned", DEFAULT_BID_SHIELD_MARGIN),
+    "edgeplane-learned-unshielded": _learned(_EDGEPLANE, "edgeplane-learned-unshielded", None),
     # edgeplane as it was before issue 13's MIG measurement: the fragment merge on.
     "edgeplane-merge": _merging(_EDGEPLANE, "edgeplane-merge"),
 }

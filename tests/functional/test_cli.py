@@ -254,3 +254,15 @@ def _line_with(stream, text: str, max_lines: int = 200) -> str:
             return line
         seen.append(line)
     raise AssertionError(f"no line with {text!r}; read: {seen}")
+
+
+def test_a_bad_bid_shield_margin_fails_at_start_in_one_line(tmp_path):
+    for raw in ("-0.1", "nan", "wide"):
+        result = subprocess.run(
+            [sys.executable, "-m", "controlplane.cli", "up", "--agents", "0", "--bid-shield-margin", raw,
+             "--data-dir", str(tmp_path / "data")],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )  # fmt: skip
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, (raw, result.stderr)
+        assert "--bid-shield-margin: must be a number in [0, 2] or 'off'" in lines[0], lines

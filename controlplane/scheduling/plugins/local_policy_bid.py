@@ -65,6 +65,7 @@ from controlplane.scheduling.framework import (
 from controlplane.scheduling.model import WorkloadRequest
 from controlplane.scheduling.plugins.args import decode_args
 from controlplane.scheduling.plugins.multi_objective import STATE_TERMS, MultiObjective, MultiObjectiveArgs
+from controlplane.scheduling.shield import unsafe
 
 if TYPE_CHECKING:
     from edgeplane_contract.policy.runtime import LocalPolicy
@@ -101,6 +102,9 @@ class LocalPolicyBidArgs:
     what the live hub compares, ``BidV1.score_requested``), or ``chosen``, its ``q`` of the bin
     it chose (the first design; it over-values empty nodes, see docs/bench-policy.md).
     ``score_floor``/``score_ceiling``: the normalisation range, as ``MultiObjective``.
+    ``shield_margin``: the hub's SLA shield over the bids (None: off): an accepting node whose
+    QoS term, as the hub estimates it (the learned interference and SLA-miss risk), is more than
+    this below the best accepting node's is masked out (:func:`controlplane.scheduling.shield.unsafe`).
     """
 
     model: str = ""
@@ -109,6 +113,7 @@ class LocalPolicyBidArgs:
     bid_score: str = "requested"
     score_floor: float = -3.0
     score_ceiling: float = 1.0
+    shield_margin: float | None = None
 
 
 @dataclass(slots=True)
@@ -166,6 +171,11 @@ def _check(args: LocalPolicyBidArgs) -> None:
         raise ValueError(f"{NAME}.model: must be a path string")
     if args.bid_score not in BID_SCORES:
         raise ValueError(f"{NAME}.bid_score: must be one of {', '.join(BID_SCORES)}")
+    margin = args.shield_margin
+    if margin is not None and (
+        isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0.0 <= margin < float("inf")
+    ):
+        raise ValueError(f"{NAME}.shield_margin: must be a finite number >= 0, or absent (no shield)")
 
 
 def offer_of(request: WorkloadRequest) -> Offer:
@@ -282,8 +292,9 @@ class LocalPolicyBid(MultiObjective):
         self.policy = load_policy(args.model)
         self.transfer = args.transfer
         self.bid_score = args.bid_score
+        self.shield_margin = None if args.shield_margin is None else float(args.shield_margin)
         # Counters over the scheduler's lifetime (not per-cycle state): for benchmarks.
-        self.stats = {"decisions": 0, "candidates": 0, "declines": 0, "fallbacks": 0}
+        self.stats = {"decisions": 0, "candidates": 0, "declines": 0, "fallbacks": 0, "shielded": 0}
 
     def _offer(self, request: WorkloadRequest) -> Offer:
         return offer_of(request)
@@ -338,7 +349,12 @@ class LocalPolicyBid(MultiObjective):
             # No node accepts: the hub's own estimate decides (the edgeplane reward).
             self.stats["fallbacks"] += 1
             return terms.total
-        state.write(STATE_EXCLUDED, ~bids.accept)
+        excluded = ~bids.accept
+        if self.shield_margin is not None:
+            masked = unsafe(terms.qos, bids.accept, self.shield_margin)
+            self.stats["shielded"] += int(masked.sum())
+            excluded = excluded | masked
+        state.write(STATE_EXCLUDED, excluded)
         # The hub's correction of what the agents' model cannot know: the SLA-miss risk learned
         # from the fleet's outcomes (0 unless the reward weighs it; see sla_risk.py).
         corrected: FloatArray = bids.score - terms.sla_risk_cost

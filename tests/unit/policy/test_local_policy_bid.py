@@ -339,3 +339,41 @@ def test_bid_score_requested_values_nodes_by_the_bin_they_are_placed_with(
     doc["plugins"][index]["args"]["bid_score"] = "best"
     with pytest.raises(ConfigError, match="bid_score"):
         parse_profile(doc)
+
+
+@pytest.mark.parametrize("profile", ["edgeplane-learned", "edgeplane-learned-unshielded"])
+def test_the_sla_shield_keeps_the_bids_off_a_node_the_hub_expects_to_miss_the_sla(
+    profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agents' model values the busy node most (controlled outputs); the hub's estimate says a
+    tight-SLA service there would be slowed past its SLA. Shielded, the quiet node gets it."""
+    sched = Scheduler(profile, seed=0)
+    sched.upsert_node(_node("busy"))
+    sched.upsert_node(_node("quiet"))
+    for k in range(5):
+        status = sched.reserve_existing(
+            f"load-{k}", 0, "busy", Assignment(cpu=1.2, memory=GB), kind="service"
+        )
+        assert status.ok
+    plugin = _plugin(sched)
+
+    def outputs(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = x.shape[0]
+        q = np.full((n, N_BINS), 0.1, dtype=np.float32)
+        q[x[:, 23] < 0.5] = 0.9  # node.empty: the busy node is not
+        logits = np.zeros((n, N_ACTIONS), dtype=np.float32)
+        logits[:, 0] = 10.0
+        return q, logits
+
+    monkeypatch.setattr(plugin.policy, "outputs", outputs)
+    decision = sched.schedule(_service(cpu=1.0, runtime=20.0, sla=26.0), enqueue=False)
+    replica = decision.explanation.replicas[0]
+    qos = {e.node: e.reward.qos for e in [replica.chosen, *replica.alternatives] if e.reward is not None}
+    if profile == "edgeplane-learned":
+        assert decision.placements[0].node == "quiet"
+        assert plugin.stats["shielded"] == 1
+        assert list(qos) == ["quiet"]  # the shielded node is out, like a declining one
+    else:
+        assert decision.placements[0].node == "busy"
+        assert plugin.stats["shielded"] == 0
+        assert qos["busy"] < qos["quiet"] == 0.0, qos

@@ -38,7 +38,8 @@ def choice(node: str, chosen: CandidateExplanation, *alternatives: CandidateExpl
 
 def test_the_choice_comes_first_then_its_alternatives_with_the_hubs_reward_estimates():
     found = candidates_of(choice("a", candidate("a", 0.7), candidate("b", 0.5), candidate("c")))
-    assert found == [BidCandidate("a", 0.7), BidCandidate("b", 0.5), BidCandidate("c", None)]
+    expected = [BidCandidate("a", 0.7, qos=0.0), BidCandidate("b", 0.5, qos=0.0), BidCandidate("c", None)]
+    assert found == expected
 
 
 def test_without_an_explanation_the_choice_alone_is_a_candidate():
@@ -47,7 +48,7 @@ def test_without_an_explanation_the_choice_alone_is_a_candidate():
 
 def test_the_choice_is_put_first_when_the_explanation_chose_another_node():
     found = candidates_of(choice("a", candidate("z", 0.2)))
-    assert found == [BidCandidate("a"), BidCandidate("z", 0.2)]
+    assert found == [BidCandidate("a"), BidCandidate("z", 0.2, qos=0.0)]
 
 
 def _bid(node: str, score: float, *, accept: bool = True) -> BidV1:
@@ -63,7 +64,7 @@ def test_a_candidate_carries_what_the_learned_sla_risk_takes_off_its_reward():
         {},
         (CandidateExtras(RewardBreakdown(0.4, 0, 0, 0, 0, 0, 0, 0.3)),),
     )
-    assert candidates_of(choice("a", risky)) == [BidCandidate("a", 0.4, 0.3)]
+    assert candidates_of(choice("a", risky)) == [BidCandidate("a", 0.4, 0.3, 0.0)]
     assert RewardBreakdown(0.4, 0, 0, 0, 0, 0, 0, 0.3).to_dict()["sla_risk_cost"] == 0.3
     assert "sla_risk_cost" not in RewardBreakdown(0.4, 0, 0, 0, 0, 0, 0).to_dict()
 
@@ -83,3 +84,46 @@ def test_the_round_lowers_each_bid_by_its_nodes_learned_risk_cost():
     assert without.winner == "busy"
     declined = decide(candidates[:1], {"busy": _bid("busy", 0.6, accept=False)}, set(), "busy")
     assert (declined.winner, declined.decided_by) == ("busy", "scheduler")
+
+
+def test_the_sla_shield_takes_out_a_bid_whose_hub_qos_is_far_below_the_best():
+    # The agent on "packed" bids highest (its model sees room and an efficient node), but the hub
+    # learned that replicas there miss their SLA: its QoS term is 0.5 below the quiet node's.
+    candidates = [
+        BidCandidate("packed", 0.5, 0.0, -0.6),
+        BidCandidate("quiet", 0.4, 0.0, -0.1),
+        BidCandidate("near", 0.3, 0.0, -0.12),
+        BidCandidate("silent", 0.45, 0.0, -0.9),  # no answer: valued at the hub's estimate
+    ]
+    bids: dict[str, BidV1 | None] = {
+        "packed": _bid("packed", 0.9),
+        "quiet": _bid("quiet", 0.2),
+        "near": _bid("near", 0.35),
+        "silent": None,
+    }
+    shielded = decide(candidates, bids, set(), "packed", shield_margin=0.05)
+    assert (shielded.winner, shielded.decided_by) == ("near", "bid")  # within 0.05 of the best QoS
+    assert [row.shielded for row in shielded.rows] == [True, False, False, True]
+    assert shielded.rows[0].to_dict()["shielded"] is True and shielded.rows[0].value is None
+    assert "shielded" not in shielded.rows[1].to_dict()
+    assert decide(candidates, bids, set(), "packed").winner == "packed"  # no shield: the bids decide
+    # The best QoS among those still in the running is never taken out: a declining node with a
+    # better QoS sets no bar.
+    bids["quiet"] = _bid("quiet", 0.2, accept=False)
+    assert decide(candidates, bids, set(), "packed", shield_margin=0.0).winner == "near"
+    # Without hub estimates there is nothing to shield by.
+    bare = [BidCandidate("packed"), BidCandidate("quiet")]
+    assert decide(bare, {"packed": _bid("packed", 0.9), "quiet": _bid("quiet", 0.2)}, set(), "quiet",
+                  shield_margin=0.0).winner == "packed"  # fmt: skip
+
+
+def test_a_candidate_carries_the_hubs_qos_term_for_the_shield():
+    entry = CandidateExplanation(
+        "a",
+        "c",
+        50.0,
+        Assignment(cpu=1, memory=1),
+        {},
+        (CandidateExtras(RewardBreakdown(0.4, 0, -0.25, 0, 0, 0, 0, 0.3)),),
+    )
+    assert candidates_of(choice("a", entry)) == [BidCandidate("a", 0.4, 0.3, -0.25)]
