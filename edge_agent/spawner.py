@@ -50,6 +50,9 @@ class SpawnedProcess:
         # The agent's ends of its pipes, where it was started with them (Confinement.launch_piped).
         self.stdin: asyncio.StreamWriter | None = None
         self.stdout: asyncio.StreamReader | None = None
+        # Started by a process the spawner forked ahead of the start (spawner_process.py), not
+        # forked on the start: for tests and benchmarks.
+        self.forked_ahead = False
 
     @property
     def pid(self) -> int:
@@ -214,6 +217,7 @@ class UnitSpawner:
             answer = self._starting.pop(int(message["id"]), None)
             pid = int(message["pid"])
             process = SpawnedProcess(pid, self.loop)
+            process.forked_ahead = bool(message.get("ahead"))
             self._running[pid] = process  # its exit comes after this answer (the spawner's order)
             if answer is not None and not answer.done():
                 answer.set_result(process)

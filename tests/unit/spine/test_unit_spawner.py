@@ -214,3 +214,47 @@ async def test_a_piped_unit_talks_through_its_stdin_and_stdout(tmp_path, forker)
         confinement.close(sandbox)
         await confinement.stop_spawner()
         confinement.shutdown()
+
+
+# The shell's own view of itself: ignored signals, open fds, session id and pid, cwd.
+PROBE = (
+    "grep ^SigIgn /proc/$$/status | cut -f2; ls /proc/$$/fd | tr '\\n' ' '; echo; "
+    "cut -d' ' -f6 /proc/$$/stat; echo $$; pwd"
+)
+
+
+async def _probe(spawner: UnitSpawner, tmp_path: Path, env: dict[str, str]) -> tuple[str, bool]:
+    log = tmp_path / "probe.log"
+    log.unlink(missing_ok=True)
+    with log.open("ab") as out:
+        process = await spawner.spawn(
+            ["sh", "-c", PROBE], stdout=out.fileno(), cwd=str(tmp_path), env=env, setup=BARE
+        )
+        assert await asyncio.wait_for(process.wait(), 10) == 0
+    return log.read_text().strip(), process.forked_ahead
+
+
+async def test_units_are_forked_ahead_and_start_as_a_popen_child_would(tmp_path, spawner):
+    """The next unit is forked ahead of its start (edge_agent/spawner_process.py, a zygote): what
+    it becomes is what a Popen child is (only stdio open, its own session, no ignored signal,
+    the cwd), and so is a start too large for the zygote (a Popen, as before)."""
+    env = {"PATH": "/usr/bin:/bin"}
+    ahead, was_ahead = await _probe(spawner, tmp_path, env)
+    assert was_ahead
+    ignored, fds, session, pid, cwd = ahead.splitlines()
+    assert (ignored, fds.split(), session, cwd) == ("0000000000000000", ["0", "1", "2"], pid, str(tmp_path))
+    popen, was_ahead = await _probe(spawner, tmp_path, {**env, "BIG": "x" * 100_000})
+    assert not was_ahead
+    assert popen.splitlines()[:2] == ahead.splitlines()[:2] and popen.splitlines()[4] == cwd
+    # A start that fails in the zygote (no such program) fails as Popen's does; the next is ahead.
+    with (tmp_path / "out.log").open("ab") as out:
+        with pytest.raises(FileNotFoundError):
+            await spawner.spawn(["no-such-program-here"], stdout=out.fileno(), cwd="/", env=env, setup=BARE)
+        codes = []
+        for code in (0, 3, 7):
+            process = await spawner.spawn(
+                ["sh", "-c", f"exit {code}"], stdout=out.fileno(), cwd="/", env=env, setup=BARE
+            )
+            assert process.forked_ahead
+            codes.append(await asyncio.wait_for(process.wait(), 10))
+    assert codes == [0, 3, 7]
