@@ -44,3 +44,15 @@ def test_a_bad_margin_is_refused_at_profile_load(margin: object) -> None:
 
     with pytest.raises(ValueError, match="shield_margin"):
         _check(LocalPolicyBidArgs(shield_margin=margin))  # type: ignore[arg-type]
+
+
+def test_the_command_line_margin_parses_off_and_numbers() -> None:
+    from controlplane.commands.common import _shield_margin
+    from controlplane.federation.config import single_cluster
+    from controlplane.hub.settings import HubSettings
+    from controlplane.scheduling.shield import DEFAULT_BID_SHIELD_MARGIN
+
+    assert _shield_margin("off") is None and _shield_margin(" OFF ") is None
+    assert _shield_margin("0") == 0.0 and _shield_margin("0.25") == 0.25
+    settings = HubSettings(nats_url="nats://127.0.0.1:1", federation=single_cluster())
+    assert settings.bid_shield_margin == DEFAULT_BID_SHIELD_MARGIN == 0.0
