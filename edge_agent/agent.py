@@ -117,7 +117,7 @@ class Agent:
             cpu_limiter=cpu_limiter,
             confinement=self.confinement,
             load=self.load,
-            exit_records=ExitRecords(Path(config.work_dir)),
+            exit_records=ExitRecords.for_work_dir(Path(config.work_dir)),
         )
         self.functions = FunctionPool(
             work_dir=Path(config.work_dir),
@@ -367,6 +367,8 @@ class Agent:
         if close is not None:
             close()
         self.outbox.close()
+        if self.runner.exit_records is not None:
+            self.runner.exit_records.close()
         self.invocations.close()
         if self.metrics is not None:
             await self.metrics.stop()

@@ -6,7 +6,8 @@ An agent killed in that window used to lose the exit: its next run did not know 
 ended, the hub saw the placement missing from the registration, ended it ``Lost`` and ran the
 replica again (a workload that had finished ran twice; ``bench/chaos.py`` saw it). The spawner is
 a separate process that reaps the unit directly, so it writes the record first
-(``exits/<placement>.json`` under the work dir, :func:`edge_agent.spawner_process.write_exit_record`)
+(``<placement>.json`` in a tmpfs directory of the agent's, or under the work dir:
+:meth:`ExitRecords.for_work_dir`; :func:`edge_agent.spawner_process.write_exit_record`)
 and only then tells the agent; the agent removes the record once the final state is in its outbox.
 An agent that starts and finds records turns them into final states (:meth:`ExitRecords.read`)
 before it registers, so the hub gets ``Succeeded`` or ``Failed`` instead of a missing placement.
@@ -23,7 +24,9 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ __all__ = ["ExitRecord", "ExitRecords"]
 log = logging.getLogger("edgeplane.agent.exits")
 
 EXITS_DIR = "exits"
+SHARED_MEMORY = Path("/dev/shm")
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}")
 
 
@@ -54,11 +58,41 @@ class ExitRecord:
 
 
 class ExitRecords:
-    """The ``exits`` directory of an agent's work dir."""
+    """The directory of an agent's exit records (``directory``; :meth:`for_work_dir` picks it)."""
 
-    def __init__(self, work_dir: Path) -> None:
-        self.directory = work_dir / EXITS_DIR
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    @classmethod
+    def for_work_dir(cls, work_dir: Path, *, memory_root: Path = SHARED_MEMORY) -> ExitRecords:
+        """The records of the agent on ``work_dir``: in memory (tmpfs, ``/dev/shm``) where it can
+        be had safely, else in ``<work_dir>/exits``.
+
+        Why memory: a record must outlive the agent's process, not the machine (a reboot ends the
+        units too), and creating, renaming and removing a file per unit on this development
+        machine's ext4 (mounted with ``discard``) cost 0.2-0.7 ms of CPU, against 0.03 on tmpfs.
+        The directory is named after the uid and the work dir, made 0700 by this process; one
+        that exists and is not a directory of ours with mode 0700 (another user's trap in a
+        world-writable place) is not used."""
+        resolved = str(work_dir.resolve())
+        name = f"edgeplane-exits-{os.getuid()}-{hashlib.sha256(resolved.encode()).hexdigest()[:20]}"
+        if memory_root.is_dir():
+            candidate = memory_root / name
+            with contextlib.suppress(FileExistsError, OSError):
+                candidate.mkdir(mode=0o700)
+            try:
+                info = candidate.lstat()
+            except OSError:
+                info = None
+            if (
+                info is not None
+                and stat.S_ISDIR(info.st_mode)
+                and info.st_uid == os.getuid()
+                and stat.S_IMODE(info.st_mode) == 0o700
+            ):
+                return cls(candidate)
+        return cls(work_dir / EXITS_DIR)
 
     def path_for(self, placement_id: str) -> Path:
         name = (
@@ -81,6 +115,11 @@ class ExitRecords:
         """The exit is in the agent's hands now (its final state in the outbox, or restarted)."""
         with contextlib.suppress(FileNotFoundError):
             self.path_for(placement_id).unlink()
+
+    def close(self) -> None:
+        """At the agent's clean stop: the directory goes if no record is left in it."""
+        with contextlib.suppress(OSError):
+            self.directory.rmdir()
 
     def read(self) -> list[ExitRecord]:
         """Every complete record (a leftover temporary file or an unreadable record is removed:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from harness import no_eviction_grace, running_hub, spawn_agent, wait_for
 
+from edge_agent.exit_records import ExitRecords
+
 # Counts its runs in $RUNS (a directory the test can read: the agent runs it as another user).
 COUNTING = ["sh", "-c", 'echo run >> "$RUNS/$EDGEPLANE_PLACEMENT_ID.runs"; exec sleep 60']
 
@@ -156,7 +158,7 @@ async def test_work_that_ended_while_its_agent_was_frozen_and_killed_is_not_run_
             runs = shared_dir / f"{placement_id}.runs"
             await wait_for(lambda: _counted(runs, 1), bool)
             agent.send_signal(signal.SIGSTOP)
-            record = tmp_path / "x1" / "exits" / f"{placement_id}.json"
+            record = ExitRecords.for_work_dir(tmp_path / "x1").path_for(placement_id)
             await wait_for(lambda: _exists(record), bool, timeout=10)  # the unit ended, unheard
             agent.send_signal(signal.SIGKILL)
             agent.wait(timeout=5)

@@ -45,12 +45,12 @@ def _runner(work: Path, recorder: Recorder, confinement: Confinement | None = No
         backoff=Backoff(0.01, 0.05),
         state_file=work / "placements.json",
         confinement=confinement,
-        exit_records=ExitRecords(work),
+        exit_records=ExitRecords(work / "exits"),
     )
 
 
 async def test_the_spawner_writes_the_exit_before_the_agent_hears_of_it(tmp_path):
-    records = ExitRecords(tmp_path)
+    records = ExitRecords(tmp_path / "exits")
     spawner = await UnitSpawner.start(seccomp=False)
     try:
         with (tmp_path / "out.log").open("ab") as out:
@@ -130,7 +130,7 @@ def _save(work: Path, placement_id: str, spec: RunSpec, restarts: int = 0) -> di
 
 async def test_recorded_exits_become_final_states_at_the_next_start(tmp_path):
     """What a restarted agent finds: records of units that ended while nobody heard it."""
-    records = ExitRecords(tmp_path)
+    records = ExitRecords(tmp_path / "exits")
     on_failure = RunSpec(command=["x"], restart_policy="on-failure", max_restarts=3)
     (tmp_path / "placements.json").write_text(
         json.dumps(
@@ -190,7 +190,29 @@ async def test_without_records_a_start_recovers_nothing(tmp_path):
 
 
 def test_an_odd_placement_id_gets_a_safe_file_name(tmp_path):
-    records = ExitRecords(tmp_path)
+    records = ExitRecords(tmp_path / "exits")
     assert records.path_for("abc-123").name == "abc-123.json"
     odd = records.path_for("../../etc/passwd")
     assert odd.parent == records.directory and len(odd.stem) == 64
+
+
+def test_records_live_in_memory_where_that_is_safe_else_in_the_work_dir(tmp_path):
+    memory = tmp_path / "shm"
+    memory.mkdir()
+    work = tmp_path / "agent"
+    chosen = ExitRecords.for_work_dir(work, memory_root=memory)
+    assert chosen.directory.parent == memory and chosen.directory.stat().st_mode & 0o777 == 0o700
+    assert ExitRecords.for_work_dir(work, memory_root=memory).directory == chosen.directory  # stable
+    assert ExitRecords.for_work_dir(tmp_path / "other", memory_root=memory).directory != chosen.directory
+    chosen.close()
+    assert not chosen.directory.exists()  # empty at a clean stop: gone
+    # Somebody else's name in the shared place (a symlink, a loose mode): not used.
+    trap = ExitRecords.for_work_dir(work, memory_root=memory).directory
+    trap.rmdir()
+    trap.symlink_to(tmp_path)
+    assert ExitRecords.for_work_dir(work, memory_root=memory).directory == work / "exits"
+    trap.unlink()
+    trap.mkdir(mode=0o777)
+    trap.chmod(0o777)
+    assert ExitRecords.for_work_dir(work, memory_root=memory).directory == work / "exits"
+    assert ExitRecords.for_work_dir(work, memory_root=tmp_path / "none").directory == work / "exits"
