@@ -79,6 +79,15 @@ def _tail(path: Path, limit: int = 400) -> str:
         return ""
 
 
+def _with_limit(spec: RunSpec, code: int, exited: str) -> str:
+    """A final state's message: how the process exited, and the restart limit where only that
+    limit kept it from being restarted."""
+    if not wants_restart(spec.restart_policy, code, 0, 1):
+        return exited
+    limit = f"max_restarts ({spec.max_restarts}) reached"
+    return f"{exited} ({limit})" if exited else limit
+
+
 class ProcessRunner:
     """Starts, watches, restarts and stops placement processes; calls ``on_change`` on every change.
 
@@ -240,14 +249,9 @@ class ProcessRunner:
         state.started_at = record.started_at if record.started_at is not None else record.finished_at
         state.finished_at = record.finished_at
         why = "ended while the agent was down (recorded by its unit spawner)"
-        if code != 0:
-            tail = _tail(self.logs / f"{record.placement_id}.log")
-            exited = f"exit code {code}" + (f": {tail.splitlines()[-1][:300]}" if tail else "")
-            if spec is not None and wants_restart(spec.restart_policy, code, 0, 1):  # the limit did
-                exited += f" (max_restarts ({spec.max_restarts}) reached)"
-            state.message = f"{exited}; {why}"
-        else:
-            state.message = why
+        exited = self._exit_text(record.placement_id, code)
+        final = _with_limit(spec, code, exited) if spec is not None else exited
+        state.message = f"{final}; {why}" if final else why
         return state
 
     def resumable(self) -> list[PlacementState]:
@@ -320,8 +324,8 @@ class ProcessRunner:
         entry.task = asyncio.create_task(self._supervise(entry), name=f"watch-{placement_id}")
         return state
 
-    def _log_path(self, entry: RunningPlacement) -> Path:
-        return self.logs / f"{entry.state.placement_id}.log"
+    def _log_path(self, placement_id: str) -> Path:
+        return self.logs / f"{placement_id}.log"
 
     async def _spawn(self, entry: RunningPlacement) -> tuple[int, str] | None:
         """Start the placement's process with its current quotas; (exit code, message) if exec failed."""
@@ -337,7 +341,7 @@ class ProcessRunner:
             entry,
             confinement=self.confinement,
             cpu_limiter=self.cpu_limiter,
-            log_path=self._log_path(entry),
+            log_path=self._log_path(state.placement_id),
             exit_record=request,
         )
         if self.load is not None and error is None:
@@ -427,10 +431,7 @@ class ProcessRunner:
             exited = self._exit_message(entry)
             if not wants_restart(spec.restart_policy, state.exit_code, state.restarts, spec.max_restarts):
                 state.state = "Succeeded" if state.exit_code == 0 else "Failed"
-                state.message = exited
-                if wants_restart(spec.restart_policy, state.exit_code, 0, 1):  # only the limit stopped it
-                    limit = f"max_restarts ({spec.max_restarts}) reached"
-                    state.message = f"{exited} ({limit})" if exited else limit
+                state.message = _with_limit(spec, state.exit_code, exited)
                 break
             # Back-off; stop() sets wake to end it early, the deadline still counts.
             delay = self.backoff.delay(state.restarts)
@@ -480,10 +481,13 @@ class ProcessRunner:
         return True
 
     def _exit_message(self, entry: RunningPlacement) -> str:
-        code = entry.state.exit_code
+        return self._exit_text(entry.state.placement_id, entry.state.exit_code)
+
+    def _exit_text(self, placement_id: str, code: int | None) -> str:
+        """'exit code N: <the log's last line>' ('' for exit code 0)."""
         if code == 0:
             return ""
-        tail = _tail(self._log_path(entry))
+        tail = _tail(self._log_path(placement_id))
         return f"exit code {code}" + (f": {tail.splitlines()[-1][:300]}" if tail else "")
 
     def _advise(self, entry: RunningPlacement) -> RestartChoice:

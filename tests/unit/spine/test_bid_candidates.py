@@ -21,10 +21,11 @@ from controlplane.scheduling.explanation import (
 from controlplane.scheduling.model import Assignment
 
 
-def candidate(node: str, reward: float | None = None) -> CandidateExplanation:
-    extras = (
-        () if reward is None else (CandidateExtras(RewardBreakdown(reward, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)),)
-    )
+def candidate(node: str, reward: float | RewardBreakdown | None = None) -> CandidateExplanation:
+    """A candidate with no reward estimate, a total alone, or a whole breakdown."""
+    if isinstance(reward, float):
+        reward = RewardBreakdown(reward, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    extras = () if reward is None else (CandidateExtras(reward),)
     return CandidateExplanation(node, "c", 50.0, Assignment(cpu=1, memory=1), {}, extras)
 
 
@@ -56,14 +57,7 @@ def _bid(node: str, score: float, *, accept: bool = True) -> BidV1:
 
 
 def test_a_candidate_carries_what_the_learned_sla_risk_takes_off_its_reward():
-    risky = CandidateExplanation(
-        "a",
-        "c",
-        50.0,
-        Assignment(cpu=1, memory=1),
-        {},
-        (CandidateExtras(RewardBreakdown(0.4, 0, 0, 0, 0, 0, 0, 0.3)),),
-    )
+    risky = candidate("a", RewardBreakdown(0.4, 0, 0, 0, 0, 0, 0, 0.3))
     assert candidates_of(choice("a", risky)) == [BidCandidate("a", 0.4, 0.3, 0.0)]
     assert RewardBreakdown(0.4, 0, 0, 0, 0, 0, 0, 0.3).to_dict()["sla_risk_cost"] == 0.3
     assert "sla_risk_cost" not in RewardBreakdown(0.4, 0, 0, 0, 0, 0, 0).to_dict()
@@ -118,12 +112,5 @@ def test_the_sla_shield_takes_out_a_bid_whose_hub_qos_is_far_below_the_best():
 
 
 def test_a_candidate_carries_the_hubs_qos_term_for_the_shield():
-    entry = CandidateExplanation(
-        "a",
-        "c",
-        50.0,
-        Assignment(cpu=1, memory=1),
-        {},
-        (CandidateExtras(RewardBreakdown(0.4, 0, -0.25, 0, 0, 0, 0, 0.3)),),
-    )
+    entry = candidate("a", RewardBreakdown(0.4, 0, -0.25, 0, 0, 0, 0, 0.3))
     assert candidates_of(choice("a", entry)) == [BidCandidate("a", 0.4, 0.3, -0.25)]

@@ -16,37 +16,22 @@ import os
 import signal
 from pathlib import Path
 
-from edgeplane_contract.messages import PlacementState, RunSpec
+from edgeplane_contract.messages import RunSpec
 
-from edge_agent.child_process import ChildSetup
 from edge_agent.confinement import Confinement
 from edge_agent.executor import ProcessRunner
 from edge_agent.exit_records import ExitRecords
-from edge_agent.restarts import Backoff
 from edge_agent.spawner import UnitSpawner
 from edge_agent.spawner_process import write_exit_record
 
-BARE = ChildSetup(procs=(), memory_bytes=None, uid=None, gid=None, no_new_privs=True, seccomp=False)
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.states: list[PlacementState] = []
-
-    def __call__(self, state: PlacementState) -> None:
-        self.states.append(dataclasses.replace(state))
+from .test_resume import Recorder
+from .test_resume import _runner as _resume_runner
+from .test_unit_spawner import BARE
 
 
 def _runner(work: Path, recorder: Recorder, confinement: Confinement | None = None) -> ProcessRunner:
-    return ProcessRunner(
-        work_dir=work,
-        on_change=recorder,
-        stop_grace_s=1,
-        backoff=Backoff(0.01, 0.05),
-        state_file=work / "placements.json",
-        confinement=confinement,
-        exit_records=ExitRecords(work / "exits"),
-    )
+    """test_resume's runner, keeping exit records in ``work/exits``."""
+    return _resume_runner(work, recorder, confinement=confinement, exit_records=ExitRecords(work / "exits"))
 
 
 async def test_the_spawner_writes_the_exit_before_the_agent_hears_of_it(tmp_path):
